@@ -1,0 +1,172 @@
+"""The system layer's contract: what the services may ask of the kernel and the tools.
+
+Two implementations follow it: ``linux.py`` (the real kernel) and ``fake.py`` (an in-memory twin for
+fast unit tests). Services receive a :class:`System` in their constructor and never import either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+
+class SystemError_(Exception):
+    """Base of every failure the system layer reports on purpose."""
+
+
+class CommandError(SystemError_):
+    """An external command failed or timed out; carries everything needed to explain why."""
+
+    def __init__(
+        self, argv: Sequence[str], returncode: int | None, stdout: str, stderr: str
+    ) -> None:
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+        what = "timed out" if returncode is None else f"exited {returncode}"
+        detail = stderr.strip() or stdout.strip()
+        super().__init__(f"{' '.join(self.argv)} {what}: {detail}")
+
+
+class NoSpace(SystemError_):
+    """The pool filesystem has no room for the requested allocation."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoopDevice:
+    """A configured loop device as the kernel reports it."""
+
+    path: str  # /dev/loopN
+    backing_file: str  # from /sys/block/loopN/loop/backing_file
+    tag: str  # lo_file_name: "csihp:<node-hash>:<volume-id>" for devices this driver attached
+    read_only: bool
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class MountEntry:
+    """One line of /proc/self/mountinfo, reduced to what the driver needs."""
+
+    mount_point: str
+    source: str  # device path, or the mount source as the kernel shows it
+    fs_type: str
+    device_number: str  # "major:minor" of the mounted filesystem
+    root: str  # root of the mount within its filesystem ("/" unless a bind of a subtree)
+    options: tuple[str, ...]  # per-mount options, e.g. ("rw", "relatime")
+
+
+@dataclass(frozen=True, slots=True)
+class FsStats:
+    total_bytes: int
+    available_bytes: int
+    used_bytes: int
+    total_inodes: int
+    free_inodes: int
+    used_inodes: int
+
+
+class Pool(Protocol):
+    """Sparse backing files in one directory."""
+
+    @property
+    def root(self) -> Path: ...
+
+    def create(self, path: Path, size_bytes: int) -> None:
+        """Create a sparse file of exactly size_bytes. Raises NoSpace if the pool can't hold it.
+
+        Idempotent: an existing file of the same size is left alone.
+        """
+
+    def remove(self, path: Path) -> None:
+        """Remove the file; a missing file is not an error."""
+
+    def size(self, path: Path) -> int | None:
+        """Apparent size in bytes, or None if the file does not exist."""
+
+    def allocated(self, path: Path) -> int:
+        """Bytes really allocated on disk (st_blocks * 512); 0 if missing."""
+
+    def grow(self, path: Path, size_bytes: int) -> None:
+        """Extend the file to size_bytes (never shrinks)."""
+
+    def copy_sparse(self, source: Path, dest: Path) -> None:
+        """Copy without reading or writing holes: reflink if possible, else SEEK_DATA/SEEK_HOLE."""
+
+    def free_bytes(self) -> int:
+        """Bytes available to the driver in the pool filesystem (statvfs f_bavail)."""
+
+
+class Loop(Protocol):
+    """Loop devices. Devices are found by their tag, because backing paths can be shared by
+    several node plugins on one kernel (kind nodes, or the multi-node tests)."""
+
+    def attach(self, backing_file: Path, tag: str, *, read_only: bool = False) -> LoopDevice:
+        """Attach backing_file to a free loop device labelled with tag, and return it.
+
+        Idempotent: a device already carrying this tag is returned as it is.
+        """
+
+    def find(self, tag: str) -> LoopDevice | None:
+        """The configured device carrying this tag, if any."""
+
+    def list(self, tag_prefix: str = "") -> list[LoopDevice]:
+        """Every configured loop device whose tag starts with tag_prefix."""
+
+    def detach(self, device: str) -> None:
+        """Release the device. Clears its read-only flag first. An unconfigured device is fine."""
+
+    def refresh_capacity(self, device: str) -> None:
+        """Make the device see its backing file's new size (LOOP_SET_CAPACITY)."""
+
+    def set_read_only(self, device: str, read_only: bool) -> None:
+        """BLKROSET. Does not stop a mounted filesystem from writing; see docs/design.md."""
+
+
+class Fs(Protocol):
+    def probe(self, device: str) -> str | None:
+        """The filesystem type on device (blkid), or None if it holds none."""
+
+    def mkfs(self, device: str, fs_type: str) -> None: ...
+
+    def grow(self, device: str, mount_point: str, fs_type: str) -> None:
+        """Grow a mounted filesystem to fill its device (resize2fs / xfs_growfs)."""
+
+    def stats(self, path: str) -> FsStats: ...
+
+    def shutdown(self, mount_point: str) -> None:
+        """FS_IOC_SHUTDOWN with NOSYNC: every later write fails with EIO at once."""
+
+    def freeze(self, mount_point: str) -> None: ...
+
+    def thaw(self, mount_point: str) -> None: ...
+
+
+class Mounts(Protocol):
+    def mount(self, device: str, target: str, fs_type: str, options: Sequence[str]) -> None: ...
+
+    def bind(self, source: str, target: str, *, read_only: bool) -> None: ...
+
+    def unmount(self, target: str, *, lazy: bool = False) -> None:
+        """Unmount target; a path that is not a mount point (or does not exist) is fine."""
+
+    def find(self, target: str) -> MountEntry | None:
+        """The topmost mount at exactly this path, if any."""
+
+    def list(self) -> list[MountEntry]: ...
+
+
+class Devices(Protocol):
+    def size(self, device: str) -> int:
+        """Size in bytes of a block device (BLKGETSIZE64)."""
+
+
+@dataclass(frozen=True, slots=True)
+class System:
+    pool: Pool
+    loop: Loop
+    fs: Fs
+    mounts: Mounts
+    devices: Devices

@@ -1,0 +1,226 @@
+"""Behaviour of the real implementation that the fake has no counterpart for: the loop ioctl
+fallbacks, races with other processes, and the mountinfo parser."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import struct
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from csi_hostpath.system.linux import (
+    LO_FLAGS_DIRECT_IO,
+    LOOP_CONFIGURE,
+    LinuxFs,
+    LinuxLoop,
+    parse_mountinfo,
+    topmost,
+    unescape_mountinfo,
+)
+
+from .conftest import real_unavailable
+
+MiB = 1 << 20
+
+real = pytest.mark.real
+
+
+@pytest.fixture
+def real_loop(work_dir: Path) -> LinuxLoop:
+    reason = real_unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    return LinuxLoop()
+
+
+def _sparse(work_dir: Path, name: str, size: int = 8 * MiB) -> Path:
+    path = work_dir / name
+    with open(path, "wb") as handle:
+        handle.truncate(size)
+    return path
+
+
+def _configure_flags(buffer: object) -> int:
+    # lo_flags sits after fd, block_size, five u64 and three u32 of struct loop_config.
+    assert isinstance(buffer, bytes)
+    (flags,) = struct.unpack_from("=I", buffer, 8 + 5 * 8 + 3 * 4)
+    assert isinstance(flags, int)
+    return flags
+
+
+def _wrap_ioctl(monkeypatch: pytest.MonkeyPatch, hook: Callable[[int, int, object], None]) -> None:
+    original = fcntl.ioctl
+
+    def wrapped(fd: int, request: int, arg: Any = 0, mutate: bool = True) -> Any:
+        hook(fd, request, arg)
+        return original(fd, request, arg, mutate)
+
+    # linux.py looks fcntl.ioctl up at each call, so patching the module reaches it.
+    monkeypatch.setattr(fcntl, "ioctl", wrapped)
+
+
+@real
+def test_attach_uses_direct_io(real_loop: LinuxLoop, work_dir: Path, tag_prefix: str) -> None:
+    device = real_loop.attach(_sparse(work_dir, "vol"), tag_prefix + "vol")
+    name = os.path.basename(device.path)
+    assert Path(f"/sys/block/{name}/loop/dio").read_text().strip() == "1"
+
+
+@real
+def test_attach_falls_back_to_buffered_io(
+    real_loop: LinuxLoop, work_dir: Path, tag_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse_direct_io(fd: int, request: int, arg: object) -> None:
+        if request == LOOP_CONFIGURE and _configure_flags(arg) & LO_FLAGS_DIRECT_IO:
+            raise OSError(errno.EINVAL, "direct IO refused (simulated)")
+
+    _wrap_ioctl(monkeypatch, refuse_direct_io)
+    device = real_loop.attach(_sparse(work_dir, "vol"), tag_prefix + "vol")
+    name = os.path.basename(device.path)
+    assert Path(f"/sys/block/{name}/loop/dio").read_text().strip() == "0"
+    assert real_loop.find(tag_prefix + "vol") == device
+
+
+@real
+def test_attach_retries_when_the_free_device_was_taken(
+    real_loop: LinuxLoop, work_dir: Path, tag_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    busy = [3]
+
+    def taken(fd: int, request: int, arg: object) -> None:
+        if request == LOOP_CONFIGURE and busy[0]:
+            busy[0] -= 1
+            raise OSError(errno.EBUSY, "taken (simulated)")
+
+    _wrap_ioctl(monkeypatch, taken)
+    device = real_loop.attach(_sparse(work_dir, "vol"), tag_prefix + "vol")
+    assert busy == [0]
+    assert real_loop.find(tag_prefix + "vol") == device
+
+
+WORKERS = 4
+DEVICES_EACH = 3
+_ATTACH_SCRIPT = """
+import sys
+from pathlib import Path
+from csi_hostpath.system.linux import LinuxLoop
+loop = LinuxLoop()
+for path, tag in zip(sys.argv[1::2], sys.argv[2::2]):
+    print(loop.attach(Path(path), tag).path)
+"""
+
+
+@real
+def test_processes_racing_for_free_devices(
+    real_loop: LinuxLoop, work_dir: Path, tag_prefix: str
+) -> None:
+    # Separate processes don't share the attach lock: they collide in LOOP_CONFIGURE (EBUSY) and
+    # must each end up on a device of their own.
+    procs = []
+    for worker in range(WORKERS):
+        argv: list[str] = []
+        for i in range(DEVICES_EACH):
+            name = f"w{worker}-{i}"
+            argv += [str(_sparse(work_dir, name)), tag_prefix + name]
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", _ATTACH_SCRIPT, *argv],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=Path(__file__).resolve().parents[2],
+            )
+        )
+    paths: list[str] = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        paths += out.split()
+    assert len(paths) == len(set(paths)) == WORKERS * DEVICES_EACH
+    assert sorted(d.path for d in real_loop.list(tag_prefix)) == sorted(paths)
+
+
+def _write_dos_partition_table(path: Path, size: int) -> None:
+    # One Linux partition from sector 2048 to the end; the layout of a classic MBR.
+    entry = struct.pack("<B3sB3sII", 0, b"\0\0\0", 0x83, b"\0\0\0", 2048, size // 512 - 2048)
+    with open(path, "r+b") as handle:
+        handle.seek(446)
+        handle.write(entry)
+        handle.seek(510)
+        handle.write(b"\x55\xaa")
+
+
+@real
+def test_probe_reports_a_partition_table_as_not_blank(
+    real_loop: LinuxLoop, work_dir: Path, tag_prefix: str
+) -> None:
+    # A block volume's user may have partitioned it; "no filesystem" must not read as "blank".
+    backing = _sparse(work_dir, "vol")
+    _write_dos_partition_table(backing, 8 * MiB)
+    device = real_loop.attach(backing, tag_prefix + "vol")
+    assert LinuxFs().probe(device.path) == "partition-table:dos"
+
+
+# --- mountinfo -----------------------------------------------------------------------------------
+
+_MOUNTINFO = (
+    "22 27 0:21 / /proc rw,relatime - proc proc rw\n"
+    "30 27 7:3 / /var/lib/kubelet/plugins/x/globalmount rw,relatime shared:12 master:1"
+    " - ext4 /dev/loop3 rw\n"
+    "31 27 7:3 /sub /pods/with\\040space\\011tab\\134slash ro,nosuid,nodev,relatime"
+    " - ext4 /dev/loop3 rw\n"
+    "40 27 0:6 /loop3 /pods/block rw - devtmpfs devtmpfs rw,size=1k\n"
+    "41 40 0:50 / /pods/block rw - tmpfs tmp\\040fs rw\n"
+    "garbage line\n"
+)
+
+
+def test_parse_mountinfo_fields() -> None:
+    records = parse_mountinfo(_MOUNTINFO)
+    assert [r.mount_id for r in records] == [22, 30, 31, 40, 41]
+    staged = records[1].entry
+    assert staged.mount_point == "/var/lib/kubelet/plugins/x/globalmount"
+    assert (staged.fs_type, staged.source, staged.device_number) == ("ext4", "/dev/loop3", "7:3")
+    assert staged.options == ("rw", "relatime")
+    bound = records[2].entry
+    assert bound.mount_point == "/pods/with space\ttab\\slash"
+    assert bound.root == "/sub"
+    assert bound.options == ("ro", "nosuid", "nodev", "relatime")
+    assert records[4].entry.source == "tmp fs"
+
+
+def test_topmost_follows_parent_ids_not_just_order() -> None:
+    records = parse_mountinfo(_MOUNTINFO)
+    top = topmost(records, "/pods/block")
+    assert top is not None
+    assert top.fs_type == "tmpfs"
+    # Listed in the other order, the mount on top is still the one nothing sits on.
+    reordered = topmost(list(reversed(records)), "/pods/block")
+    assert reordered == top
+    assert topmost(records, "/nowhere") is None
+
+
+def _kernel_escape(text: str) -> str:
+    # What the kernel's seq_path does to the characters that would break the line format.
+    return "".join(f"\\{ord(c):03o}" if c in " \t\n\\" else c for c in text)
+
+
+@given(st.text(alphabet=st.characters(codec="utf-8"), min_size=1))
+def test_unescape_inverts_the_kernel_escape(text: str) -> None:
+    assert unescape_mountinfo(_kernel_escape(text)) == text
+
+
+@given(st.text(alphabet=st.sampled_from("ab/ \t\\\n"), min_size=1).map(lambda t: "/" + t))
+def test_parse_round_trips_escaped_mount_points(path: str) -> None:
+    line = f"100 1 7:1 / {_kernel_escape(path)} rw,relatime shared:1 - ext4 /dev/loop1 rw\n"
+    (record,) = parse_mountinfo(line)
+    assert record.entry.mount_point == path
