@@ -1,0 +1,97 @@
+"""Which capabilities this driver serves, and how sizes round. Pure rules, no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from csi_hostpath.core.errors import CapacityOutOfRange, InvalidRequest, Unsupported
+from csi_hostpath.core.model import AccessMode, AccessType, Capability
+
+SUPPORTED_FS_TYPES = ("ext4", "xfs")
+DEFAULT_FS_TYPE = "ext4"
+MiB = 1 << 20
+GiB = 1 << 30
+DEFAULT_VOLUME_SIZE = 1 * GiB
+# mkfs.xfs refuses filesystems below 300 MiB; ext4 and raw block are fine far lower, but a few
+# MiB keeps the journal and metadata from eating the whole volume.
+MIN_SIZE = {"ext4": 16 * MiB, "xfs": 300 * MiB, "": 1 * MiB}
+
+SINGLE_NODE_MODES = frozenset(
+    {
+        AccessMode.SINGLE_NODE_WRITER,
+        AccessMode.SINGLE_NODE_READER_ONLY,
+        AccessMode.SINGLE_NODE_SINGLE_WRITER,
+        AccessMode.SINGLE_NODE_MULTI_WRITER,
+    }
+)
+READER_ONLY_MODES = frozenset(
+    {AccessMode.SINGLE_NODE_READER_ONLY, AccessMode.MULTI_NODE_READER_ONLY}
+)
+# Two nodes writing one device is only safe when no filesystem sits on it: two ext4 or xfs mounts
+# of one device corrupt it, whatever the application does.
+BLOCK_ONLY_MODES = frozenset(
+    {AccessMode.MULTI_NODE_SINGLE_WRITER, AccessMode.MULTI_NODE_MULTI_WRITER}
+)
+
+
+def check_capability(cap: Capability) -> None:
+    """Raise unless this driver can serve cap at all."""
+    if cap.access_mode == AccessMode.UNKNOWN:
+        raise InvalidRequest("volume capability access_mode is required and must be known")
+    if cap.access_type == AccessType.MOUNT:
+        if cap.access_mode in BLOCK_ONLY_MODES:
+            raise Unsupported(
+                f"{cap.access_mode.name} is only served for block volumes: two nodes writing one "
+                "filesystem would corrupt it; request volumeMode: Block"
+            )
+        if cap.fs_type and cap.fs_type not in SUPPORTED_FS_TYPES:
+            raise Unsupported(
+                f"fs_type {cap.fs_type!r} is not supported; "
+                f"use one of {', '.join(SUPPORTED_FS_TYPES)}"
+            )
+    elif cap.fs_type or cap.mount_flags:
+        raise InvalidRequest("a block capability can't carry fs_type or mount_flags")
+
+
+def volume_fs_type(caps: Sequence[Capability]) -> str:
+    """The filesystem a volume gets: the one its mount capabilities agree on, or the default."""
+    wanted = {c.fs_type for c in caps if c.access_type == AccessType.MOUNT and c.fs_type}
+    if len(wanted) > 1:
+        raise InvalidRequest(f"capabilities ask for different filesystems: {sorted(wanted)}")
+    if wanted:
+        return wanted.pop()
+    if any(c.access_type == AccessType.MOUNT for c in caps):
+        return DEFAULT_FS_TYPE
+    return ""
+
+
+def effective_readonly(mode: AccessMode, readonly: bool) -> bool:
+    return readonly or mode in READER_ONLY_MODES
+
+
+def round_capacity(required: int, limit: int, fs_type: str, max_volume_size: int) -> int:
+    """The size a volume really gets for a capacity range (0 means unset in CSI)."""
+    if required < 0 or limit < 0:
+        raise InvalidRequest("capacity_range bytes must not be negative")
+    if limit and required > limit:
+        raise CapacityOutOfRange(f"required_bytes {required} exceeds limit_bytes {limit}")
+    minimum = MIN_SIZE.get(fs_type, MiB)
+    wanted = (
+        required
+        if required
+        else (min(DEFAULT_VOLUME_SIZE, limit) if limit else DEFAULT_VOLUME_SIZE)
+    )
+    size = max(minimum, -(-wanted // MiB) * MiB)
+    if limit and size > limit:
+        # Rounding up overshot the limit: fall back to the limit itself, aligned to 4 KiB.
+        size = limit // 4096 * 4096
+        if size < max(required, minimum):
+            raise CapacityOutOfRange(
+                f"the capacity range [{required}, {limit}] can't hold a {fs_type or 'block'} "
+                f"volume: the minimum is {minimum} bytes"
+            )
+    if max_volume_size and size > max_volume_size:
+        raise CapacityOutOfRange(
+            f"{size} bytes exceeds this driver's --max-volume-size of {max_volume_size} bytes"
+        )
+    return size

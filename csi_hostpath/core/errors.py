@@ -1,0 +1,87 @@
+"""Typed domain errors. The api layer maps each class to one gRPC status code (api/status.py)."""
+
+from __future__ import annotations
+
+
+class DriverError(Exception):
+    """Base class: a failure the driver reports on purpose, with a message a human can act on."""
+
+
+class InvalidRequest(DriverError):
+    """A required field is missing or a value is malformed."""
+
+
+class Unsupported(DriverError):
+    """The request asks for something this driver does not do (e.g. MNMW on a filesystem)."""
+
+
+class VolumeNotFound(DriverError):
+    pass
+
+
+class SnapshotNotFound(DriverError):
+    pass
+
+
+class NodeNotFound(DriverError):
+    pass
+
+
+class Incompatible(DriverError):
+    """The same name or target already exists with different arguments (ALREADY_EXISTS)."""
+
+
+class CapacityOutOfRange(DriverError):
+    pass
+
+
+class NoCapacity(DriverError):
+    """The pool can't hold the volume (RESOURCE_EXHAUSTED)."""
+
+
+class TopologyUnsatisfiable(DriverError):
+    pass
+
+
+class NodeVolumeLimit(DriverError):
+    pass
+
+
+class PublishedElsewhere(DriverError):
+    """A single-node volume is held by another node: the multi-attach refusal."""
+
+
+class StillPublished(DriverError):
+    """The volume is in use (published or staged) and the operation needs it free."""
+
+
+class NotStaged(DriverError):
+    pass
+
+
+class GenerationRevoked(DriverError):
+    """The caller presents a fencing token that the ledger has since revoked."""
+
+
+class WrongAccessForVolume(DriverError):
+    """The capability asked for at the node does not fit how the volume is staged."""
+
+
+class Busy(DriverError):
+    """Another operation on the same volume is in flight (ABORTED; the CO retries)."""
+
+
+class BadPageToken(DriverError):
+    pass
+
+
+class NodeAlive(DriverError):
+    """Force-detach refused: the holder still heartbeats, so it may still be writing."""
+
+
+class NotReady(DriverError):
+    """Probe: the plugin can't serve (a tool, device or the store is missing)."""
+
+
+class NotImplementedHere(DriverError):
+    """An RPC whose capability this driver does not advertise (UNIMPLEMENTED)."""

@@ -1,0 +1,173 @@
+"""The publish ledger's decisions, as pure functions over the rows that exist.
+
+The store runs these inside one BEGIN IMMEDIATE transaction, so the decision and its commit are
+atomic across threads and processes. Every rule lives here, where it can be tested exhaustively.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from csi_hostpath.core.access import (
+    BLOCK_ONLY_MODES,
+    SINGLE_NODE_MODES,
+    effective_readonly,
+)
+from csi_hostpath.core.errors import (
+    Incompatible,
+    NodeAlive,
+    NodeVolumeLimit,
+    PublishedElsewhere,
+    Unsupported,
+)
+from csi_hostpath.core.model import AccessMode, AccessType, Capability, Publication, Volume
+
+
+@dataclass(frozen=True, slots=True)
+class AlreadyPublished:
+    publication: Publication
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    """Add this row; its generation is the volume's next fencing token."""
+
+    publication: Publication
+
+
+PublishDecision = AlreadyPublished | Publish
+
+
+def describe_holder(p: Publication) -> str:
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(p.published_at))
+    how = "read-only" if p.readonly else "read-write"
+    return (
+        f"node {p.node_id!r} ({p.access_mode.name}, {how}, since {since}, "
+        f"generation {p.generation})"
+    )
+
+
+def decide_publish(
+    volume: Volume,
+    node_id: str,
+    cap: Capability,
+    readonly: bool,
+    holders: Sequence[Publication],
+    node_publication_count: int,
+    max_volumes_per_node: int,
+    current_generation: int,
+    now: float,
+) -> PublishDecision:
+    """Decide a ControllerPublishVolume. holders are the volume's rows; node_publication_count
+    counts the rows the node holds for *other* volumes."""
+    if cap.access_type not in {c.access_type for c in volume.capabilities}:
+        raise Unsupported(
+            f"volume {volume.volume_id} was created for "
+            f"{'/'.join(sorted({c.access_type.value for c in volume.capabilities}))} access, "
+            f"not {cap.access_type.value}"
+        )
+    if cap.access_type == AccessType.MOUNT and cap.access_mode in BLOCK_ONLY_MODES:
+        raise Unsupported(f"{cap.access_mode.name} is only served for block volumes")
+    ro = effective_readonly(cap.access_mode, readonly)
+
+    mine = [h for h in holders if h.node_id == node_id]
+    if mine:
+        held = mine[0]
+        if (held.access_mode, held.access_type, held.readonly) == (
+            cap.access_mode,
+            cap.access_type,
+            ro,
+        ):
+            return AlreadyPublished(held)
+        raise Incompatible(
+            f"volume {volume.volume_id} is already published to node {node_id!r} as "
+            f"{held.access_mode.name}/{held.access_type.value}/"
+            f"{'ro' if held.readonly else 'rw'}; unpublish it before publishing it differently"
+        )
+
+    others = [h for h in holders if h.node_id != node_id]
+    if others:
+        _check_sharing(volume.volume_id, cap.access_mode, ro, others)
+
+    if max_volumes_per_node and node_publication_count >= max_volumes_per_node:
+        raise NodeVolumeLimit(
+            f"node {node_id!r} already holds {node_publication_count} volumes, its limit "
+            f"(--max-volumes-per-node {max_volumes_per_node})"
+        )
+    return Publish(
+        Publication(
+            volume_id=volume.volume_id,
+            node_id=node_id,
+            access_mode=cap.access_mode,
+            access_type=cap.access_type,
+            readonly=ro,
+            generation=current_generation + 1,
+            published_at=now,
+        )
+    )
+
+
+def _check_sharing(
+    volume_id: str, mode: AccessMode, readonly: bool, others: Sequence[Publication]
+) -> None:
+    exclusive = [h for h in others if h.access_mode in SINGLE_NODE_MODES]
+    if mode in SINGLE_NODE_MODES or exclusive:
+        held = exclusive or list(others)
+        raise PublishedElsewhere(
+            f"volume {volume_id} is {'held by ' + ', '.join(describe_holder(h) for h in held)}; "
+            f"{mode.name if mode in SINGLE_NODE_MODES else held[0].access_mode.name} allows one "
+            "node at a time. Waiting for that node to unpublish is the safe path; if the node is "
+            "gone for good, see 'csi-hostpath ledger force-detach'"
+        )
+    any_reader_only = mode == AccessMode.MULTI_NODE_READER_ONLY or any(
+        h.access_mode == AccessMode.MULTI_NODE_READER_ONLY for h in others
+    )
+    writers = [h for h in others if not h.readonly]
+    if any_reader_only and (writers or not readonly):
+        raise PublishedElsewhere(
+            f"volume {volume_id} is shared MULTI_NODE_READER_ONLY: every node must be read-only, "
+            f"but {'a new writer' if not readonly else describe_holder(writers[0])} would write"
+        )
+    single_writer = mode == AccessMode.MULTI_NODE_SINGLE_WRITER or any(
+        h.access_mode == AccessMode.MULTI_NODE_SINGLE_WRITER for h in others
+    )
+    if single_writer and not readonly and writers:
+        raise PublishedElsewhere(
+            f"volume {volume_id} allows a single writer and already has one: "
+            f"{describe_holder(writers[0])}"
+        )
+
+
+def decide_force_detach(
+    publication: Publication,
+    heartbeat_age: float | None,
+    node_grace: float,
+    accept_data_loss: bool,
+) -> None:
+    """Raise NodeAlive unless force-detaching is a decision the operator may take now."""
+    if accept_data_loss:
+        return
+    if heartbeat_age is not None and heartbeat_age < node_grace:
+        raise NodeAlive(
+            f"node {publication.node_id!r} heartbeat is {heartbeat_age:.0f}s old, younger than "
+            f"the {node_grace:.0f}s grace period: it may still be writing to volume "
+            f"{publication.volume_id}. Wait, or pass --i-accept-data-loss if you know it is gone"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """What the controller tells nodes about a volume: who holds it under which token."""
+
+    volume_id: str
+    generation: int  # the newest token ever issued for the volume
+    holders: dict[str, int]  # node_id -> the generation it holds
+
+
+def is_revoked(lease: Lease | None, node_id: str, staged_generation: int) -> bool:
+    """A node must stop using a volume staged under a token the lease no longer grants it."""
+    if lease is None:
+        return True
+    return lease.holders.get(node_id) != staged_generation

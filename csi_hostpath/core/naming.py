@@ -1,0 +1,56 @@
+"""Identifier rules. IDs are generated here and validated strictly on input, so that nothing a
+client sends is ever joined into a filesystem path unless it matches these patterns."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+
+VOLUME_ID_PATTERN = re.compile(r"vol-[0-9a-f]{32}")
+SNAPSHOT_ID_PATTERN = re.compile(r"snap-[0-9a-f]{32}")
+# The spec's size limit for strings; names longer than this are refused rather than truncated.
+MAX_STRING_BYTES = 128
+LOOP_TAG_PREFIX = "csihp:"
+
+
+def new_volume_id() -> str:
+    return f"vol-{uuid.uuid4().hex}"
+
+
+def new_snapshot_id() -> str:
+    return f"snap-{uuid.uuid4().hex}"
+
+
+def is_volume_id(value: str) -> bool:
+    return VOLUME_ID_PATTERN.fullmatch(value) is not None
+
+
+def is_snapshot_id(value: str) -> bool:
+    return SNAPSHOT_ID_PATTERN.fullmatch(value) is not None
+
+
+def node_key(node_id: str) -> str:
+    """A short, path-safe, stable key for a node ID (node IDs are free text up to 128 bytes)."""
+    return hashlib.sha256(node_id.encode()).hexdigest()[:16]
+
+
+def loop_tag_prefix(node_id: str) -> str:
+    return f"{LOOP_TAG_PREFIX}{node_key(node_id)}:"
+
+
+def loop_tag(node_id: str, volume_id: str) -> str:
+    """The label a node puts on the loop device it attaches for a volume.
+
+    Loop devices are global to a kernel, and several node plugins can share one kernel (kind nodes
+    are containers), so a device is found by this tag, never by its backing file alone. The tag
+    fits lo_file_name (63 bytes): 6 + 16 + 1 + 36.
+    """
+    return f"{loop_tag_prefix(node_id)}{volume_id}"
+
+
+def volume_id_from_tag(tag: str) -> str | None:
+    parts = tag.split(":")
+    if len(parts) == 3 and parts[0] + ":" == LOOP_TAG_PREFIX and is_volume_id(parts[2]):
+        return parts[2]
+    return None

@@ -1,0 +1,1 @@
+"""Durable state (sqlite) and the files the controller shares with nodes through the pool."""

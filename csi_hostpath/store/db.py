@@ -1,0 +1,589 @@
+"""Durable state in sqlite: volumes, snapshots, the publish ledger, the audit trail, and a node's
+record of what it staged and published.
+
+WAL with synchronous=FULL: a commit that returned is on disk. Decisions that must be atomic (the
+ledger) run in BEGIN IMMEDIATE, which takes the write lock before reading, so two processes (the
+controller and a `ledger` command) can't both decide on the same stale rows.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from csi_hostpath.core import ledger
+from csi_hostpath.core.errors import BadPageToken, VolumeNotFound
+from csi_hostpath.core.model import (
+    AccessMode,
+    AccessType,
+    Capability,
+    ContentSource,
+    NodePublication,
+    NodeStaging,
+    Publication,
+    Snapshot,
+    Volume,
+)
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS volumes (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    volume_id TEXT NOT NULL UNIQUE,
+    name TEXT NOT NULL UNIQUE,
+    capacity_bytes INTEGER NOT NULL,
+    capabilities TEXT NOT NULL,
+    fs_type TEXT NOT NULL,
+    parameters TEXT NOT NULL,
+    source_kind TEXT,
+    source_id TEXT,
+    node_id TEXT,
+    created_at REAL NOT NULL,
+    generation INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS snapshots (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    snapshot_id TEXT NOT NULL UNIQUE,
+    name TEXT NOT NULL UNIQUE,
+    source_volume_id TEXT NOT NULL,
+    size_bytes INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    ready INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS publications (
+    volume_id TEXT NOT NULL,
+    node_id TEXT NOT NULL,
+    access_mode INTEGER NOT NULL,
+    access_type TEXT NOT NULL,
+    readonly INTEGER NOT NULL,
+    generation INTEGER NOT NULL,
+    published_at REAL NOT NULL,
+    PRIMARY KEY (volume_id, node_id)
+);
+CREATE INDEX IF NOT EXISTS publications_by_node ON publications (node_id);
+CREATE TABLE IF NOT EXISTS audit (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    actor TEXT NOT NULL,
+    action TEXT NOT NULL,
+    volume_id TEXT NOT NULL,
+    node_id TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    reason TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS node_staged (
+    volume_id TEXT PRIMARY KEY,
+    staging_path TEXT NOT NULL,
+    access_type TEXT NOT NULL,
+    access_mode INTEGER NOT NULL,
+    fs_type TEXT NOT NULL,
+    device TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    staged_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS node_published (
+    target_path TEXT PRIMARY KEY,
+    volume_id TEXT NOT NULL,
+    readonly INTEGER NOT NULL,
+    access_mode INTEGER NOT NULL,
+    access_type TEXT NOT NULL,
+    mount_flags TEXT NOT NULL
+);
+"""
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    seq: int
+    at: float
+    actor: str
+    action: str
+    volume_id: str
+    node_id: str
+    generation: int
+    reason: str
+
+
+def _caps_to_json(caps: tuple[Capability, ...]) -> str:
+    return json.dumps(
+        [
+            {
+                "type": c.access_type.value,
+                "mode": int(c.access_mode),
+                "fs": c.fs_type,
+                "flags": list(c.mount_flags),
+            }
+            for c in caps
+        ]
+    )
+
+
+def _caps_from_json(text: str) -> tuple[Capability, ...]:
+    return tuple(
+        Capability(AccessType(c["type"]), AccessMode(c["mode"]), c["fs"], tuple(c["flags"]))
+        for c in json.loads(text)
+    )
+
+
+def _volume(row: sqlite3.Row) -> Volume:
+    source = ContentSource(row["source_kind"], row["source_id"]) if row["source_kind"] else None
+    return Volume(
+        volume_id=row["volume_id"],
+        name=row["name"],
+        capacity_bytes=row["capacity_bytes"],
+        capabilities=_caps_from_json(row["capabilities"]),
+        fs_type=row["fs_type"],
+        parameters=json.loads(row["parameters"]),
+        content_source=source,
+        node_id=row["node_id"],
+        created_at=row["created_at"],
+    )
+
+
+def _publication(row: sqlite3.Row) -> Publication:
+    return Publication(
+        volume_id=row["volume_id"],
+        node_id=row["node_id"],
+        access_mode=AccessMode(row["access_mode"]),
+        access_type=AccessType(row["access_type"]),
+        readonly=bool(row["readonly"]),
+        generation=row["generation"],
+        published_at=row["published_at"],
+    )
+
+
+def _snapshot(row: sqlite3.Row) -> Snapshot:
+    return Snapshot(
+        snapshot_id=row["snapshot_id"],
+        name=row["name"],
+        source_volume_id=row["source_volume_id"],
+        size_bytes=row["size_bytes"],
+        created_at=row["created_at"],
+        ready=bool(row["ready"]),
+    )
+
+
+def _parse_token(token: str) -> int:
+    if not token:
+        return 0
+    if not token.isdigit() or len(token) > 18:
+        raise BadPageToken(f"starting_token {token[:40]!r} is not a token this driver issued")
+    return int(token)
+
+
+class Store:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(
+            str(path), isolation_level=None, check_same_thread=False, timeout=30.0
+        )
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA busy_timeout=30000")
+        self._migrate()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def ping(self) -> None:
+        with self._lock:
+            self._db.execute("SELECT 1").fetchone()
+
+    def _migrate(self) -> None:
+        # executescript commits on its own, so the schema is applied outside _tx.
+        with self._lock:
+            self._db.executescript(_SCHEMA)
+            row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if row is None:
+                self._db.execute(
+                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?)",
+                    (str(SCHEMA_VERSION),),
+                )
+            elif int(row["value"]) > SCHEMA_VERSION:
+                raise RuntimeError(
+                    f"{self.path} has schema version {row['value']}, newer than this driver's "
+                    f"{SCHEMA_VERSION}: refusing to run an older driver on newer state"
+                )
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    # ----- volumes -----
+    def insert_volume_unless_named(self, volume: Volume) -> Volume | None:
+        """Insert volume unless its name exists; return the existing one in that case."""
+        with self._tx() as db:
+            row = db.execute("SELECT * FROM volumes WHERE name=?", (volume.name,)).fetchone()
+            if row is not None:
+                return _volume(row)
+            db.execute(
+                "INSERT INTO volumes (volume_id, name, capacity_bytes, capabilities, fs_type, "
+                "parameters, source_kind, source_id, node_id, created_at) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (
+                    volume.volume_id,
+                    volume.name,
+                    volume.capacity_bytes,
+                    _caps_to_json(volume.capabilities),
+                    volume.fs_type,
+                    json.dumps(dict(volume.parameters), sort_keys=True),
+                    volume.content_source.kind if volume.content_source else None,
+                    volume.content_source.source_id if volume.content_source else None,
+                    volume.node_id,
+                    volume.created_at,
+                ),
+            )
+            return None
+
+    def get_volume(self, volume_id: str) -> Volume | None:
+        rows = self._read("SELECT * FROM volumes WHERE volume_id=?", (volume_id,))
+        return _volume(rows[0]) if rows else None
+
+    def get_volume_by_name(self, name: str) -> Volume | None:
+        rows = self._read("SELECT * FROM volumes WHERE name=?", (name,))
+        return _volume(rows[0]) if rows else None
+
+    def delete_volume(self, volume_id: str) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM volumes WHERE volume_id=?", (volume_id,))
+
+    def set_capacity(self, volume_id: str, capacity_bytes: int) -> None:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE volumes SET capacity_bytes=? WHERE volume_id=?", (capacity_bytes, volume_id)
+            )
+
+    def list_volumes(self, starting_token: str, max_entries: int) -> tuple[list[Volume], str]:
+        """A page in creation order. The token is the last seq served, so volumes created or
+        deleted between pages neither repeat nor shift the rest."""
+        after = _parse_token(starting_token)
+        limit = max_entries if max_entries > 0 else -1
+        rows = self._read(
+            "SELECT * FROM volumes WHERE seq > ? ORDER BY seq LIMIT ?", (after, limit)
+        )
+        next_token = ""
+        if rows and max_entries > 0 and len(rows) == max_entries:
+            last = rows[-1]["seq"]
+            more = self._read("SELECT 1 FROM volumes WHERE seq > ? LIMIT 1", (last,))
+            next_token = str(last) if more else ""
+        return [_volume(r) for r in rows], next_token
+
+    def all_volumes(self) -> list[Volume]:
+        return [_volume(r) for r in self._read("SELECT * FROM volumes ORDER BY seq")]
+
+    # ----- snapshots -----
+    def insert_snapshot_unless_named(self, snapshot: Snapshot) -> Snapshot | None:
+        with self._tx() as db:
+            row = db.execute("SELECT * FROM snapshots WHERE name=?", (snapshot.name,)).fetchone()
+            if row is not None:
+                return _snapshot(row)
+            db.execute(
+                "INSERT INTO snapshots (snapshot_id, name, source_volume_id, size_bytes, "
+                "created_at, ready) VALUES (?,?,?,?,?,?)",
+                (
+                    snapshot.snapshot_id,
+                    snapshot.name,
+                    snapshot.source_volume_id,
+                    snapshot.size_bytes,
+                    snapshot.created_at,
+                    int(snapshot.ready),
+                ),
+            )
+            return None
+
+    def get_snapshot(self, snapshot_id: str) -> Snapshot | None:
+        rows = self._read("SELECT * FROM snapshots WHERE snapshot_id=?", (snapshot_id,))
+        return _snapshot(rows[0]) if rows else None
+
+    def delete_snapshot(self, snapshot_id: str) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM snapshots WHERE snapshot_id=?", (snapshot_id,))
+
+    def list_snapshots(
+        self, starting_token: str, max_entries: int, *, snapshot_id: str = "", source: str = ""
+    ) -> tuple[list[Snapshot], str]:
+        after = _parse_token(starting_token)
+        where, args = ["seq > ?"], [after]
+        if snapshot_id:
+            where.append("snapshot_id = ?")
+            args.append(snapshot_id)  # type: ignore[arg-type]
+        if source:
+            where.append("source_volume_id = ?")
+            args.append(source)  # type: ignore[arg-type]
+        limit = max_entries if max_entries > 0 else -1
+        rows = self._read(
+            f"SELECT * FROM snapshots WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?",
+            (*args, limit),
+        )
+        next_token = ""
+        if rows and max_entries > 0 and len(rows) == max_entries:
+            last = rows[-1]["seq"]
+            more = self._read(
+                f"SELECT 1 FROM snapshots WHERE {' AND '.join(where)} LIMIT 1",
+                (last, *args[1:]),
+            )
+            next_token = str(last) if more else ""
+        return [_snapshot(r) for r in rows], next_token
+
+    # ----- the publish ledger -----
+    def publish(
+        self,
+        volume_id: str,
+        node_id: str,
+        decide: Callable[[Volume, list[Publication], int, int], ledger.PublishDecision],
+        actor: str,
+    ) -> ledger.PublishDecision:
+        """Run decide(volume, holders, node_count_elsewhere, generation) and commit its outcome,
+        all under one write lock."""
+        with self._tx() as db:
+            row = db.execute("SELECT * FROM volumes WHERE volume_id=?", (volume_id,)).fetchone()
+            if row is None:
+                raise VolumeNotFound(f"volume {volume_id} does not exist")
+            volume = _volume(row)
+            holders = [
+                _publication(r)
+                for r in db.execute(
+                    "SELECT * FROM publications WHERE volume_id=? ORDER BY published_at",
+                    (volume_id,),
+                )
+            ]
+            count = db.execute(
+                "SELECT COUNT(*) FROM publications WHERE node_id=? AND volume_id != ?",
+                (node_id, volume_id),
+            ).fetchone()[0]
+            decision = decide(volume, holders, count, row["generation"])
+            if isinstance(decision, ledger.Publish):
+                p = decision.publication
+                db.execute(
+                    "INSERT INTO publications VALUES (?,?,?,?,?,?,?)",
+                    (
+                        p.volume_id,
+                        p.node_id,
+                        int(p.access_mode),
+                        p.access_type.value,
+                        int(p.readonly),
+                        p.generation,
+                        p.published_at,
+                    ),
+                )
+                db.execute(
+                    "UPDATE volumes SET generation=? WHERE volume_id=?", (p.generation, volume_id)
+                )
+                self._audit(db, actor, "publish", p.volume_id, p.node_id, p.generation, "")
+            return decision
+
+    def unpublish(
+        self, volume_id: str, node_id: str, actor: str, action: str = "unpublish", reason: str = ""
+    ) -> list[Publication]:
+        """Remove the rows for node_id ("" = every node); return what was removed."""
+        with self._tx() as db:
+            if node_id:
+                rows = db.execute(
+                    "SELECT * FROM publications WHERE volume_id=? AND node_id=?",
+                    (volume_id, node_id),
+                ).fetchall()
+            else:
+                rows = db.execute(
+                    "SELECT * FROM publications WHERE volume_id=?", (volume_id,)
+                ).fetchall()
+            removed = [_publication(r) for r in rows]
+            for p in removed:
+                db.execute(
+                    "DELETE FROM publications WHERE volume_id=? AND node_id=?",
+                    (p.volume_id, p.node_id),
+                )
+                self._audit(db, actor, action, p.volume_id, p.node_id, p.generation, reason)
+            return removed
+
+    def force_detach(
+        self,
+        volume_id: str,
+        node_id: str,
+        check: Callable[[Publication], None],
+        actor: str,
+        reason: str,
+    ) -> Publication | None:
+        """Remove node_id's row after check(row) allows it; the audit row records the revoked
+        generation. Returns None when the node held nothing (idempotent)."""
+        with self._tx() as db:
+            row = db.execute(
+                "SELECT * FROM publications WHERE volume_id=? AND node_id=?", (volume_id, node_id)
+            ).fetchone()
+            if row is None:
+                return None
+            p = _publication(row)
+            check(p)
+            db.execute(
+                "DELETE FROM publications WHERE volume_id=? AND node_id=?", (volume_id, node_id)
+            )
+            self._audit(db, actor, "force-detach", volume_id, node_id, p.generation, reason)
+            return p
+
+    def publications(self, volume_id: str = "", node_id: str = "") -> list[Publication]:
+        sql, args = "SELECT * FROM publications", []
+        conds = []
+        if volume_id:
+            conds.append("volume_id=?")
+            args.append(volume_id)
+        if node_id:
+            conds.append("node_id=?")
+            args.append(node_id)
+        if conds:
+            sql += " WHERE " + " AND ".join(conds)
+        return [
+            _publication(r)
+            for r in self._read(sql + " ORDER BY volume_id, published_at", tuple(args))
+        ]
+
+    def generation(self, volume_id: str) -> int:
+        rows = self._read("SELECT generation FROM volumes WHERE volume_id=?", (volume_id,))
+        return int(rows[0]["generation"]) if rows else 0
+
+    def record(
+        self, actor: str, action: str, volume_id: str, node_id: str, generation: int, reason: str
+    ) -> None:
+        with self._tx() as db:
+            self._audit(db, actor, action, volume_id, node_id, generation, reason)
+
+    @staticmethod
+    def _audit(
+        db: sqlite3.Connection,
+        actor: str,
+        action: str,
+        volume_id: str,
+        node_id: str,
+        generation: int,
+        reason: str,
+    ) -> None:
+        db.execute(
+            "INSERT INTO audit (at, actor, action, volume_id, node_id, generation, reason) "
+            "VALUES (?,?,?,?,?,?,?)",
+            (time.time(), actor, action, volume_id, node_id, generation, reason),
+        )
+
+    def audit(self, volume_id: str = "") -> list[AuditEntry]:
+        sql = "SELECT * FROM audit" + (" WHERE volume_id=?" if volume_id else "") + " ORDER BY seq"
+        return [
+            AuditEntry(
+                r["seq"],
+                r["at"],
+                r["actor"],
+                r["action"],
+                r["volume_id"],
+                r["node_id"],
+                r["generation"],
+                r["reason"],
+            )
+            for r in self._read(sql, (volume_id,) if volume_id else ())
+        ]
+
+    # ----- a node's own records -----
+    def save_staging(self, s: NodeStaging) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO node_staged VALUES (?,?,?,?,?,?,?,?)",
+                (
+                    s.volume_id,
+                    s.staging_path,
+                    s.access_type.value,
+                    int(s.access_mode),
+                    s.fs_type,
+                    s.device,
+                    s.generation,
+                    s.staged_at,
+                ),
+            )
+
+    def get_staging(self, volume_id: str) -> NodeStaging | None:
+        rows = self._read("SELECT * FROM node_staged WHERE volume_id=?", (volume_id,))
+        return _staging(rows[0]) if rows else None
+
+    def stagings(self) -> list[NodeStaging]:
+        return [_staging(r) for r in self._read("SELECT * FROM node_staged ORDER BY staged_at")]
+
+    def delete_staging(self, volume_id: str) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM node_staged WHERE volume_id=?", (volume_id,))
+
+    def save_node_publication(self, p: NodePublication) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO node_published VALUES (?,?,?,?,?,?)",
+                (
+                    p.target_path,
+                    p.volume_id,
+                    int(p.readonly),
+                    int(p.access_mode),
+                    p.access_type.value,
+                    json.dumps(list(p.mount_flags)),
+                ),
+            )
+
+    def get_node_publication(self, target_path: str) -> NodePublication | None:
+        rows = self._read("SELECT * FROM node_published WHERE target_path=?", (target_path,))
+        return _node_publication(rows[0]) if rows else None
+
+    def node_publications(self, volume_id: str = "") -> list[NodePublication]:
+        if volume_id:
+            rows = self._read("SELECT * FROM node_published WHERE volume_id=?", (volume_id,))
+        else:
+            rows = self._read("SELECT * FROM node_published")
+        return [_node_publication(r) for r in rows]
+
+    def delete_node_publication(self, target_path: str) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM node_published WHERE target_path=?", (target_path,))
+
+    def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """For tests and tools: run fn inside one write transaction."""
+        with self._tx() as db:
+            return fn(db)
+
+
+def _staging(row: sqlite3.Row) -> NodeStaging:
+    return NodeStaging(
+        volume_id=row["volume_id"],
+        staging_path=row["staging_path"],
+        access_type=AccessType(row["access_type"]),
+        access_mode=AccessMode(row["access_mode"]),
+        fs_type=row["fs_type"],
+        device=row["device"],
+        generation=row["generation"],
+        staged_at=row["staged_at"],
+    )
+
+
+def _node_publication(row: sqlite3.Row) -> NodePublication:
+    return NodePublication(
+        volume_id=row["volume_id"],
+        target_path=row["target_path"],
+        readonly=bool(row["readonly"]),
+        access_mode=AccessMode(row["access_mode"]),
+        access_type=AccessType(row["access_type"]),
+        mount_flags=tuple(json.loads(row["mount_flags"])),
+    )

@@ -1,0 +1,154 @@
+"""The pool directory's layout, and the small files through which the controller and the node
+plugins talk without a network: leases (who holds a volume under which fencing token) and node
+heartbeats. In shared pool scope every node sees the same directory.
+
+Each file is replaced atomically (unique temp file, fsync, rename, fsync of the directory), so a
+reader sees the old or the new content, never a torn one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from csi_hostpath.core.ledger import Lease
+from csi_hostpath.core.naming import is_snapshot_id, is_volume_id, node_key
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (ValueError, OSError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    node_id: str
+    at: float
+    pid: int
+
+    def age(self, now: float | None = None) -> float:
+        return max(0.0, (time.time() if now is None else now) - self.at)
+
+
+class PoolLayout:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.volumes = root / "volumes"
+        self.snapshots = root / "snapshots"
+        self.leases = root / "leases"
+        self.nodes = root / "nodes"
+        self.events = root / "events"
+
+    def ensure(self) -> None:
+        for d in (self.root, self.volumes, self.snapshots, self.leases, self.nodes, self.events):
+            d.mkdir(parents=True, exist_ok=True)
+
+    def volume_file(self, volume_id: str) -> Path:
+        # The ID check is the last line of defence: nothing unvalidated is joined into a path.
+        if not is_volume_id(volume_id):
+            raise ValueError(f"not a volume ID: {volume_id!r}")
+        return self.volumes / f"{volume_id}.img"
+
+    def snapshot_file(self, snapshot_id: str) -> Path:
+        if not is_snapshot_id(snapshot_id):
+            raise ValueError(f"not a snapshot ID: {snapshot_id!r}")
+        return self.snapshots / f"{snapshot_id}.img"
+
+    # ----- leases -----
+    def write_lease(self, lease: Lease) -> None:
+        path = self.leases / f"{lease.volume_id}.json"
+        body = {
+            "volume_id": lease.volume_id,
+            "generation": lease.generation,
+            "holders": lease.holders,
+            "written_at": time.time(),
+        }
+        write_atomically(path, json.dumps(body, sort_keys=True).encode())
+
+    def read_lease(self, volume_id: str) -> Lease | None:
+        if not is_volume_id(volume_id):
+            return None
+        data = _read_json(self.leases / f"{volume_id}.json")
+        if data is None:
+            return None
+        holders = data.get("holders", {})
+        return Lease(
+            volume_id=volume_id,
+            generation=int(data.get("generation", 0)),
+            holders={str(k): int(v) for k, v in holders.items()},
+        )
+
+    def remove_lease(self, volume_id: str) -> None:
+        if is_volume_id(volume_id):
+            (self.leases / f"{volume_id}.json").unlink(missing_ok=True)
+
+    # ----- heartbeats -----
+    def beat(self, node_id: str) -> None:
+        body = {"node_id": node_id, "at": time.time(), "pid": os.getpid()}
+        write_atomically(self.nodes / f"{node_key(node_id)}.json", json.dumps(body).encode())
+
+    def heartbeat(self, node_id: str) -> Heartbeat | None:
+        data = _read_json(self.nodes / f"{node_key(node_id)}.json")
+        if data is None or data.get("node_id") != node_id:
+            return None
+        return Heartbeat(node_id, float(data["at"]), int(data.get("pid", 0)))
+
+    def heartbeats(self) -> list[Heartbeat]:
+        beats = []
+        for path in sorted(self.nodes.glob("*.json")):
+            data = _read_json(path)
+            if data and "node_id" in data:
+                beats.append(
+                    Heartbeat(str(data["node_id"]), float(data["at"]), int(data.get("pid", 0)))
+                )
+        return beats
+
+    # ----- events that nodes report to the controller's audit trail -----
+    def record_event(
+        self, action: str, volume_id: str, node_id: str, generation: int, reason: str
+    ) -> None:
+        body = {
+            "action": action,
+            "volume_id": volume_id,
+            "node_id": node_id,
+            "generation": generation,
+            "reason": reason,
+            "at": time.time(),
+        }
+        name = f"{time.time_ns()}-{node_key(node_id)}-{volume_id}.json"
+        write_atomically(self.events / name, json.dumps(body).encode())
+
+    def take_events(self) -> list[tuple[Path, dict[str, Any]]]:
+        """Events not yet imported, oldest first; the caller deletes each once it is recorded."""
+        found = []
+        for path in sorted(self.events.glob("*.json")):
+            data = _read_json(path)
+            if data is not None:
+                found.append((path, data))
+        return found
