@@ -1,0 +1,5 @@
+import sys
+
+from csi_hostpath.cli import main
+
+sys.exit(main())

@@ -1,0 +1,177 @@
+from __future__ import annotations
+
+import grpc
+from google.protobuf import wrappers_pb2
+
+from csi_hostpath._pb import csi_pb2 as pb
+from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
+from csi_hostpath.api import convert
+from csi_hostpath.api.status import rpc
+from csi_hostpath.core.errors import InvalidRequest, NotImplementedHere
+from csi_hostpath.service.controller import ControllerService
+
+RPC = pb.ControllerServiceCapability.RPC
+CAPABILITIES = (
+    RPC.CREATE_DELETE_VOLUME,
+    RPC.PUBLISH_UNPUBLISH_VOLUME,
+    RPC.PUBLISH_READONLY,
+    RPC.LIST_VOLUMES,
+    RPC.LIST_VOLUMES_PUBLISHED_NODES,
+    RPC.GET_CAPACITY,
+    RPC.SINGLE_NODE_MULTI_WRITER,
+)
+
+
+class ControllerServicer(pb_grpc.ControllerServicer):
+    def __init__(self, service: ControllerService) -> None:
+        self.service = service
+
+    @rpc
+    def CreateVolume(
+        self, request: pb.CreateVolumeRequest, context: grpc.ServicerContext
+    ) -> pb.CreateVolumeResponse:
+        if not request.name:
+            raise InvalidRequest("name is required")
+        if not request.volume_capabilities:
+            raise InvalidRequest("volume_capabilities are required")
+        created = self.service.create_volume(
+            name=request.name,
+            capabilities=convert.capabilities(request.volume_capabilities),
+            required_bytes=request.capacity_range.required_bytes,
+            limit_bytes=request.capacity_range.limit_bytes,
+            parameters=dict(request.parameters),
+            content_source=convert.content_source(request),
+            topology=convert.topology_requirement(request),
+        )
+        return pb.CreateVolumeResponse(
+            volume=convert.volume_to_pb(created.volume, created.volume_context, created.topology)
+        )
+
+    @rpc
+    def DeleteVolume(
+        self, request: pb.DeleteVolumeRequest, context: grpc.ServicerContext
+    ) -> pb.DeleteVolumeResponse:
+        self.service.delete_volume(request.volume_id)
+        return pb.DeleteVolumeResponse()
+
+    @rpc
+    def ControllerPublishVolume(
+        self, request: pb.ControllerPublishVolumeRequest, context: grpc.ServicerContext
+    ) -> pb.ControllerPublishVolumeResponse:
+        if not request.volume_id:
+            raise InvalidRequest("volume_id is required")
+        if not request.node_id:
+            raise InvalidRequest("node_id is required")
+        cap = convert.required_capability(request)
+        publish_context = self.service.publish(
+            request.volume_id, request.node_id, cap, request.readonly
+        )
+        return pb.ControllerPublishVolumeResponse(publish_context=publish_context)
+
+    @rpc
+    def ControllerUnpublishVolume(
+        self, request: pb.ControllerUnpublishVolumeRequest, context: grpc.ServicerContext
+    ) -> pb.ControllerUnpublishVolumeResponse:
+        self.service.unpublish(request.volume_id, request.node_id)
+        return pb.ControllerUnpublishVolumeResponse()
+
+    @rpc
+    def ValidateVolumeCapabilities(
+        self, request: pb.ValidateVolumeCapabilitiesRequest, context: grpc.ServicerContext
+    ) -> pb.ValidateVolumeCapabilitiesResponse:
+        if not request.volume_id:
+            raise InvalidRequest("volume_id is required")
+        if not request.volume_capabilities:
+            raise InvalidRequest("volume_capabilities are required")
+        caps = convert.capabilities(request.volume_capabilities)
+        confirmed, message = self.service.validate_capabilities(request.volume_id, caps)
+        if not confirmed:
+            return pb.ValidateVolumeCapabilitiesResponse(message=message)
+        return pb.ValidateVolumeCapabilitiesResponse(
+            confirmed=pb.ValidateVolumeCapabilitiesResponse.Confirmed(
+                volume_context=dict(request.volume_context),
+                volume_capabilities=request.volume_capabilities,
+                parameters=dict(request.parameters),
+            )
+        )
+
+    @rpc
+    def ListVolumes(
+        self, request: pb.ListVolumesRequest, context: grpc.ServicerContext
+    ) -> pb.ListVolumesResponse:
+        listed, next_token = self.service.list_volumes(request.starting_token, request.max_entries)
+        entries = []
+        for item in listed:
+            c = self.service.created(item.volume)
+            entries.append(
+                pb.ListVolumesResponse.Entry(
+                    volume=convert.volume_to_pb(c.volume, c.volume_context, c.topology),
+                    status=pb.ListVolumesResponse.VolumeStatus(
+                        published_node_ids=item.published_node_ids
+                    ),
+                )
+            )
+        return pb.ListVolumesResponse(entries=entries, next_token=next_token)
+
+    @rpc
+    def GetCapacity(
+        self, request: pb.GetCapacityRequest, context: grpc.ServicerContext
+    ) -> pb.GetCapacityResponse:
+        for i, cap in enumerate(request.volume_capabilities):
+            convert.capability(cap, f"volume_capabilities[{i}]")
+        available, maximum = self.service.get_capacity()
+        return pb.GetCapacityResponse(
+            available_capacity=available,
+            maximum_volume_size=wrappers_pb2.Int64Value(value=maximum),
+        )
+
+    @rpc
+    def ControllerGetCapabilities(
+        self, request: pb.ControllerGetCapabilitiesRequest, context: grpc.ServicerContext
+    ) -> pb.ControllerGetCapabilitiesResponse:
+        return pb.ControllerGetCapabilitiesResponse(
+            capabilities=[pb.ControllerServiceCapability(rpc=RPC(type=t)) for t in CAPABILITIES]
+        )
+
+    # Not advertised yet (issue #4: snapshots, expansion, health); UNIMPLEMENTED as the spec asks.
+    @rpc
+    def CreateSnapshot(
+        self, request: pb.CreateSnapshotRequest, context: grpc.ServicerContext
+    ) -> pb.CreateSnapshotResponse:
+        raise NotImplementedHere("CreateSnapshot is not supported")
+
+    @rpc
+    def DeleteSnapshot(
+        self, request: pb.DeleteSnapshotRequest, context: grpc.ServicerContext
+    ) -> pb.DeleteSnapshotResponse:
+        raise NotImplementedHere("DeleteSnapshot is not supported")
+
+    @rpc
+    def ListSnapshots(
+        self, request: pb.ListSnapshotsRequest, context: grpc.ServicerContext
+    ) -> pb.ListSnapshotsResponse:
+        raise NotImplementedHere("ListSnapshots is not supported")
+
+    @rpc
+    def GetSnapshot(
+        self, request: pb.GetSnapshotRequest, context: grpc.ServicerContext
+    ) -> pb.GetSnapshotResponse:
+        raise NotImplementedHere("GetSnapshot is not supported")
+
+    @rpc
+    def ControllerExpandVolume(
+        self, request: pb.ControllerExpandVolumeRequest, context: grpc.ServicerContext
+    ) -> pb.ControllerExpandVolumeResponse:
+        raise NotImplementedHere("ControllerExpandVolume is not supported")
+
+    @rpc
+    def ControllerGetVolume(
+        self, request: pb.ControllerGetVolumeRequest, context: grpc.ServicerContext
+    ) -> pb.ControllerGetVolumeResponse:
+        raise NotImplementedHere("ControllerGetVolume is not supported")
+
+    @rpc
+    def ControllerModifyVolume(
+        self, request: pb.ControllerModifyVolumeRequest, context: grpc.ServicerContext
+    ) -> pb.ControllerModifyVolumeResponse:
+        raise NotImplementedHere("ControllerModifyVolume is not supported: no mutable parameters")

@@ -1,0 +1,95 @@
+"""proto ⇄ model, and the request-shape checks that come before anything else happens."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from csi_hostpath._pb import csi_pb2 as pb
+from csi_hostpath.core.errors import InvalidRequest
+from csi_hostpath.core.model import AccessMode, AccessType, Capability, ContentSource, Volume
+from csi_hostpath.service.controller import TopologyRequirement
+
+
+def capability(cap: pb.VolumeCapability, what: str = "volume_capability") -> Capability:
+    kind = cap.WhichOneof("access_type")
+    if kind is None:
+        raise InvalidRequest(f"{what}: access_type (mount or block) is required")
+    mode_value = cap.access_mode.mode
+    if mode_value not in AccessMode._value2member_map_:
+        raise InvalidRequest(f"{what}: unknown access mode {mode_value}")
+    mode = AccessMode(mode_value)
+    if mode == AccessMode.UNKNOWN:
+        raise InvalidRequest(f"{what}: access_mode is required")
+    if kind == "block":
+        return Capability(AccessType.BLOCK, mode)
+    return Capability(AccessType.MOUNT, mode, cap.mount.fs_type, tuple(cap.mount.mount_flags))
+
+
+def required_capability(request: object, field: str = "volume_capability") -> Capability:
+    if not request.HasField(field):  # type: ignore[attr-defined]
+        raise InvalidRequest(f"{field} is required")
+    return capability(getattr(request, field), field)
+
+
+def capabilities(caps: Iterable[pb.VolumeCapability]) -> list[Capability]:
+    return [capability(c, f"volume_capabilities[{i}]") for i, c in enumerate(caps)]
+
+
+def capability_to_pb(cap: Capability) -> pb.VolumeCapability:
+    mode = pb.VolumeCapability.AccessMode.Mode.ValueType(int(cap.access_mode))
+    out = pb.VolumeCapability(access_mode=pb.VolumeCapability.AccessMode(mode=mode))
+    if cap.access_type == AccessType.BLOCK:
+        out.block.SetInParent()
+    else:
+        out.mount.fs_type = cap.fs_type
+        out.mount.mount_flags.extend(cap.mount_flags)
+    return out
+
+
+def content_source(request: pb.CreateVolumeRequest) -> ContentSource | None:
+    if not request.HasField("volume_content_source"):
+        return None
+    src = request.volume_content_source
+    kind = src.WhichOneof("type")
+    if kind == "snapshot":
+        return ContentSource("snapshot", src.snapshot.snapshot_id)
+    if kind == "volume":
+        return ContentSource("volume", src.volume.volume_id)
+    raise InvalidRequest("volume_content_source must name a snapshot or a volume")
+
+
+def content_source_to_pb(source: ContentSource | None) -> pb.VolumeContentSource | None:
+    if source is None:
+        return None
+    if source.kind == "snapshot":
+        return pb.VolumeContentSource(
+            snapshot=pb.VolumeContentSource.SnapshotSource(snapshot_id=source.source_id)
+        )
+    return pb.VolumeContentSource(
+        volume=pb.VolumeContentSource.VolumeSource(volume_id=source.source_id)
+    )
+
+
+def topology_requirement(request: pb.CreateVolumeRequest) -> TopologyRequirement | None:
+    if not request.HasField("accessibility_requirements"):
+        return None
+    req = request.accessibility_requirements
+    return TopologyRequirement(
+        requisite=[dict(t.segments) for t in req.requisite],
+        preferred=[dict(t.segments) for t in req.preferred],
+    )
+
+
+def volume_to_pb(
+    volume: Volume, context: dict[str, str], topology: list[dict[str, str]]
+) -> pb.Volume:
+    out = pb.Volume(
+        volume_id=volume.volume_id,
+        capacity_bytes=volume.capacity_bytes,
+        volume_context=context,
+        accessible_topology=[pb.Topology(segments=t) for t in topology],
+    )
+    source = content_source_to_pb(volume.content_source)
+    if source is not None:
+        out.content_source.CopyFrom(source)
+    return out

@@ -1,0 +1,133 @@
+from __future__ import annotations
+
+import grpc
+
+from csi_hostpath._pb import csi_pb2 as pb
+from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
+from csi_hostpath.api import convert
+from csi_hostpath.api.status import rpc
+from csi_hostpath.core.errors import InvalidRequest, NotImplementedHere
+from csi_hostpath.core.model import AccessType
+from csi_hostpath.service.node import NodeService
+
+RPC = pb.NodeServiceCapability.RPC
+CAPABILITIES = (
+    RPC.STAGE_UNSTAGE_VOLUME,
+    RPC.GET_VOLUME_STATS,
+    RPC.SINGLE_NODE_MULTI_WRITER,
+    RPC.VOLUME_CONDITION,
+)
+Usage = pb.VolumeUsage
+
+
+class NodeServicer(pb_grpc.NodeServicer):
+    def __init__(self, service: NodeService) -> None:
+        self.service = service
+
+    @rpc
+    def NodeStageVolume(
+        self, request: pb.NodeStageVolumeRequest, context: grpc.ServicerContext
+    ) -> pb.NodeStageVolumeResponse:
+        if not request.volume_id:
+            raise InvalidRequest("volume_id is required")
+        if not request.staging_target_path:
+            raise InvalidRequest("staging_target_path is required")
+        cap = convert.required_capability(request)
+        self.service.stage(
+            request.volume_id,
+            request.staging_target_path,
+            cap,
+            dict(request.publish_context),
+            dict(request.volume_context),
+        )
+        return pb.NodeStageVolumeResponse()
+
+    @rpc
+    def NodeUnstageVolume(
+        self, request: pb.NodeUnstageVolumeRequest, context: grpc.ServicerContext
+    ) -> pb.NodeUnstageVolumeResponse:
+        if not request.volume_id:
+            raise InvalidRequest("volume_id is required")
+        self.service.unstage(request.volume_id, request.staging_target_path)
+        return pb.NodeUnstageVolumeResponse()
+
+    @rpc
+    def NodePublishVolume(
+        self, request: pb.NodePublishVolumeRequest, context: grpc.ServicerContext
+    ) -> pb.NodePublishVolumeResponse:
+        if not request.volume_id:
+            raise InvalidRequest("volume_id is required")
+        if not request.target_path:
+            raise InvalidRequest("target_path is required")
+        cap = convert.required_capability(request)
+        self.service.publish(
+            request.volume_id,
+            request.staging_target_path,
+            request.target_path,
+            cap,
+            request.readonly,
+        )
+        return pb.NodePublishVolumeResponse()
+
+    @rpc
+    def NodeUnpublishVolume(
+        self, request: pb.NodeUnpublishVolumeRequest, context: grpc.ServicerContext
+    ) -> pb.NodeUnpublishVolumeResponse:
+        if not request.volume_id:
+            raise InvalidRequest("volume_id is required")
+        self.service.unpublish(request.volume_id, request.target_path)
+        return pb.NodeUnpublishVolumeResponse()
+
+    @rpc
+    def NodeGetVolumeStats(
+        self, request: pb.NodeGetVolumeStatsRequest, context: grpc.ServicerContext
+    ) -> pb.NodeGetVolumeStatsResponse:
+        stats = self.service.stats(request.volume_id, request.volume_path)
+        usage = [
+            Usage(
+                unit=Usage.BYTES,
+                total=stats.total_bytes,
+                available=stats.available_bytes,
+                used=stats.used_bytes,
+            )
+        ]
+        if stats.access_type == AccessType.MOUNT and not stats.abnormal:
+            usage.append(
+                Usage(
+                    unit=Usage.INODES,
+                    total=stats.total_inodes,
+                    available=stats.free_inodes,
+                    used=stats.used_inodes,
+                )
+            )
+        return pb.NodeGetVolumeStatsResponse(
+            usage=usage,
+            volume_condition=pb.VolumeCondition(abnormal=stats.abnormal, message=stats.message),
+        )
+
+    @rpc
+    def NodeGetCapabilities(
+        self, request: pb.NodeGetCapabilitiesRequest, context: grpc.ServicerContext
+    ) -> pb.NodeGetCapabilitiesResponse:
+        return pb.NodeGetCapabilitiesResponse(
+            capabilities=[pb.NodeServiceCapability(rpc=RPC(type=t)) for t in CAPABILITIES]
+        )
+
+    @rpc
+    def NodeGetInfo(
+        self, request: pb.NodeGetInfoRequest, context: grpc.ServicerContext
+    ) -> pb.NodeGetInfoResponse:
+        topology = self.service.accessible_topology()
+        response = pb.NodeGetInfoResponse(
+            node_id=self.service.node_id,
+            max_volumes_per_node=self.service.config.max_volumes_per_node,
+        )
+        if topology:
+            response.accessible_topology.CopyFrom(pb.Topology(segments=topology))
+        return response
+
+    @rpc
+    def NodeExpandVolume(
+        self, request: pb.NodeExpandVolumeRequest, context: grpc.ServicerContext
+    ) -> pb.NodeExpandVolumeResponse:
+        raise NotImplementedHere("NodeExpandVolume is not supported")

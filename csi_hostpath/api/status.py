@@ -1,0 +1,81 @@
+"""The one table from domain errors to gRPC status codes, and the edge that applies it."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
+
+import grpc
+
+from csi_hostpath.core import errors
+from csi_hostpath.system.base import CommandError, NoSpace
+
+log = logging.getLogger(__name__)
+
+STATUS_OF: dict[type[Exception], grpc.StatusCode] = {
+    errors.InvalidRequest: grpc.StatusCode.INVALID_ARGUMENT,
+    errors.Unsupported: grpc.StatusCode.INVALID_ARGUMENT,
+    errors.VolumeNotFound: grpc.StatusCode.NOT_FOUND,
+    errors.SnapshotNotFound: grpc.StatusCode.NOT_FOUND,
+    errors.NodeNotFound: grpc.StatusCode.NOT_FOUND,
+    errors.Incompatible: grpc.StatusCode.ALREADY_EXISTS,
+    errors.CapacityOutOfRange: grpc.StatusCode.OUT_OF_RANGE,
+    errors.NoCapacity: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    errors.TopologyUnsatisfiable: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    errors.NodeVolumeLimit: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    errors.PublishedElsewhere: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.StillPublished: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.NotStaged: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.GenerationRevoked: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.WrongAccessForVolume: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.NodeAlive: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.NotReady: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.NotImplementedHere: grpc.StatusCode.UNIMPLEMENTED,
+    errors.Busy: grpc.StatusCode.ABORTED,
+    errors.BadPageToken: grpc.StatusCode.ABORTED,
+    NoSpace: grpc.StatusCode.RESOURCE_EXHAUSTED,
+}
+
+
+def status_of(exc: Exception) -> grpc.StatusCode:
+    for cls in type(exc).__mro__:
+        code = STATUS_OF.get(cls)
+        if code is not None:
+            return code
+    return grpc.StatusCode.INTERNAL
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def rpc(method: F) -> F:
+    """Turn raised errors into a status via context.abort; never an empty reply with a code."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return method(self, request, context)
+        except Exception as exc:  # the edge: everything becomes a status
+            if context.code() is not None:  # already aborted deliberately; let it through
+                raise
+            _abort(context, method.__name__, exc)
+        raise AssertionError("unreachable: context.abort raises")
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _abort(context: grpc.ServicerContext, name: str, exc: Exception) -> NoReturn:
+    code = status_of(exc)
+    if code == grpc.StatusCode.INTERNAL:
+        if isinstance(exc, CommandError):
+            log.error("%s: command failed: %s", name, exc)
+            message = f"a system command failed: {exc}"
+        else:
+            log.exception("%s: unexpected failure", name)
+            message = f"unexpected {type(exc).__name__}: {exc}"
+    else:
+        message = str(exc)
+    context.abort(code, message[:4000])
+    raise AssertionError("unreachable: context.abort raises")

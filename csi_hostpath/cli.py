@@ -1,0 +1,292 @@
+"""Command line: `serve` runs the driver; `ledger` inspects and, when an operator decides so,
+overrides the publish ledger."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import logging
+import os
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from csi_hostpath import __version__
+from csi_hostpath.config import DEFAULT_DRIVER_NAME, Config, Mode, PoolScope
+
+DEFAULT_STATE_DIR = "/var/lib/csi-hostpath"
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return value
+
+
+def _add_state_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path(DEFAULT_STATE_DIR),
+        help=f"directory for the sqlite state (default {DEFAULT_STATE_DIR})",
+    )
+    p.add_argument(
+        "--pool-dir",
+        type=Path,
+        default=None,
+        help="directory holding the backing files (default STATE_DIR/pool)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="csi-hostpath",
+        description="A CSI driver whose volumes are sparse files on loop devices.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the CSI driver on a unix socket")
+    serve.add_argument(
+        "--endpoint", required=True, help="unix:///absolute/path.sock where the driver listens"
+    )
+    serve.add_argument(
+        "--node-id", default=socket.gethostname(), help="this node's ID (default: the hostname)"
+    )
+    _add_state_args(serve)
+    serve.add_argument(
+        "--pool-scope",
+        choices=[s.value for s in PoolScope],
+        default=PoolScope.LOCAL.value,
+        help="local: the pool lives on this node; shared: every node sees it",
+    )
+    serve.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.ALL.value)
+    serve.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME)
+    serve.add_argument(
+        "--max-volume-size",
+        type=_non_negative_int,
+        default=0,
+        help="largest volume in bytes (0: as large as the pool)",
+    )
+    serve.add_argument(
+        "--max-volumes-per-node",
+        type=_non_negative_int,
+        default=0,
+        help="publications a node may hold (0: no limit)",
+    )
+    serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    serve.add_argument(
+        "--fence-interval",
+        type=_positive_float,
+        default=5.0,
+        help="seconds between a node's checks of its staged volumes' leases",
+    )
+    serve.add_argument(
+        "--heartbeat-interval",
+        type=_positive_float,
+        default=2.0,
+        help="seconds between a node's heartbeats",
+    )
+    serve.add_argument(
+        "--node-grace",
+        type=_positive_float,
+        default=60.0,
+        help="seconds of heartbeat silence after which a node counts as gone",
+    )
+    serve.add_argument("--workers", type=int, default=16, help="gRPC worker threads")
+
+    ledger = sub.add_parser("ledger", help="read or override the publish ledger")
+    lsub = ledger.add_subparsers(dest="ledger_command", required=True)
+    lst = lsub.add_parser("list", help="who holds which volume")
+    _add_state_args(lst)
+    lst.add_argument("--volume", default="")
+    audit = lsub.add_parser("audit", help="the audit trail: publishes, force-detaches, fences")
+    _add_state_args(audit)
+    audit.add_argument("--volume", default="")
+    force = lsub.add_parser(
+        "force-detach",
+        help="revoke a node's hold on a volume when that node is gone for good",
+    )
+    _add_state_args(force)
+    force.add_argument("volume")
+    force.add_argument("--node", required=True, help="the node whose hold is revoked")
+    force.add_argument("--reason", required=True, help="why; recorded in the audit trail")
+    force.add_argument(
+        "--node-grace",
+        type=_positive_float,
+        default=60.0,
+        help="refuse while the node's heartbeat is younger than this (s)",
+    )
+    force.add_argument(
+        "--i-accept-data-loss",
+        action="store_true",
+        help="force even though the node still heartbeats",
+    )
+    return parser
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level),
+        format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    state_dir = Path(args.state_dir).absolute()
+    pool_dir = Path(args.pool_dir).absolute() if args.pool_dir else state_dir / "pool"
+    return Config(
+        endpoint=args.endpoint,
+        node_id=args.node_id,
+        state_dir=state_dir,
+        pool_dir=pool_dir,
+        pool_scope=PoolScope(args.pool_scope),
+        mode=Mode(args.mode),
+        driver_name=args.driver_name,
+        max_volume_size=args.max_volume_size,
+        max_volumes_per_node=args.max_volumes_per_node,
+        log_level=args.log_level,
+        fence_interval=args.fence_interval,
+        heartbeat_interval=args.heartbeat_interval,
+        node_grace=args.node_grace,
+        workers=args.workers,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        setup_logging(args.log_level)
+        try:
+            config = config_from_args(args)
+            config.socket_path  # noqa: B018 - validates the endpoint before anything starts
+        except ValueError as e:
+            print(f"csi-hostpath: {e}", file=sys.stderr)
+            return 2
+        from csi_hostpath.server import StateDirLocked, serve
+
+        try:
+            return serve(config)
+        except StateDirLocked as e:
+            print(f"csi-hostpath: {e}", file=sys.stderr)
+            return 1
+    setup_logging("WARNING")
+    return ledger_main(args)
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "never seen"
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
+    print("  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+def ledger_main(args: argparse.Namespace) -> int:
+    from csi_hostpath.core.errors import DriverError
+    from csi_hostpath.core.ledger import decide_force_detach
+    from csi_hostpath.core.model import Publication
+    from csi_hostpath.service.controller import import_node_events, sync_lease
+    from csi_hostpath.store.db import Store
+    from csi_hostpath.store.pool import PoolLayout
+
+    state_dir = Path(args.state_dir).absolute()
+    db_path = state_dir / "state.db"
+    if not db_path.exists():
+        print(
+            f"csi-hostpath: no driver state in {state_dir} (is --state-dir right?)", file=sys.stderr
+        )
+        return 2
+    layout = PoolLayout(Path(args.pool_dir).absolute() if args.pool_dir else state_dir / "pool")
+    store = Store(db_path)
+    try:
+        if args.ledger_command == "list":
+            rows = []
+            for p in store.publications(volume_id=args.volume):
+                beat = layout.heartbeat(p.node_id)
+                rows.append(
+                    [
+                        p.volume_id,
+                        p.node_id,
+                        p.access_mode.name,
+                        "yes" if p.readonly else "no",
+                        str(p.generation),
+                        _when(p.published_at),
+                        _age(beat.age() if beat else None),
+                    ]
+                )
+            print_table(
+                ["volume", "node", "mode", "readonly", "generation", "since", "heartbeat age"], rows
+            )
+            return 0
+        if args.ledger_command == "audit":
+            if layout.events.is_dir():
+                import_node_events(store, layout)
+            print_table(
+                ["when", "actor", "action", "volume", "node", "generation", "reason"],
+                [
+                    [
+                        _when(a.at),
+                        a.actor,
+                        a.action,
+                        a.volume_id,
+                        a.node_id,
+                        str(a.generation),
+                        a.reason,
+                    ]
+                    for a in store.audit(args.volume)
+                ],
+            )
+            return 0
+        # force-detach
+        beat = layout.heartbeat(args.node)
+        age = beat.age() if beat else None
+
+        def check(p: Publication) -> None:
+            decide_force_detach(p, age, args.node_grace, args.i_accept_data_loss)
+
+        actor = f"cli:{getpass.getuser()}@{socket.gethostname()}:pid{os.getpid()}"
+        try:
+            revoked = store.force_detach(args.volume, args.node, check, actor, args.reason)
+        except DriverError as e:
+            print(f"refused: {e}", file=sys.stderr)
+            return 1
+        if revoked is None:
+            print(f"node {args.node!r} holds no publication of {args.volume}; nothing to do")
+            return 0
+        sync_lease(store, layout, args.volume)
+        print(
+            f"Force-detached {args.volume} from node {args.node!r} (generation "
+            f"{revoked.generation} revoked; node heartbeat {_age(age)} old). RISK: if that node "
+            "is still running and writing, the next node to mount this volume can corrupt it; "
+            "it will fence itself if it comes back and checks its lease."
+        )
+        return 0
+    finally:
+        store.close()

@@ -1,0 +1,59 @@
+"""The driver's configuration, built once by the CLI and passed down explicitly."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_DRIVER_NAME = "loop.hostpath.csi.dev"
+
+
+class Mode(enum.Enum):
+    ALL = "all"
+    CONTROLLER = "controller"
+    NODE = "node"
+
+
+class PoolScope(enum.Enum):
+    LOCAL = "local"
+    SHARED = "shared"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    endpoint: str
+    node_id: str
+    state_dir: Path
+    pool_dir: Path
+    pool_scope: PoolScope = PoolScope.LOCAL
+    mode: Mode = Mode.ALL
+    driver_name: str = DEFAULT_DRIVER_NAME
+    max_volume_size: int = 0  # 0 = limited only by the pool
+    max_volumes_per_node: int = 0  # 0 = no limit
+    log_level: str = "INFO"
+    fence_interval: float = 5.0
+    heartbeat_interval: float = 2.0
+    node_grace: float = 60.0
+    workers: int = 16
+
+    @property
+    def serves_controller(self) -> bool:
+        return self.mode in (Mode.ALL, Mode.CONTROLLER)
+
+    @property
+    def serves_node(self) -> bool:
+        return self.mode in (Mode.ALL, Mode.NODE)
+
+    @property
+    def topology_key(self) -> str:
+        return f"topology.{self.driver_name}/node"
+
+    @property
+    def socket_path(self) -> Path:
+        if not self.endpoint.startswith("unix://"):
+            raise ValueError(f"endpoint must be unix:///absolute/path, got {self.endpoint!r}")
+        path = Path(self.endpoint[len("unix://") :])
+        if not path.is_absolute():
+            raise ValueError(f"endpoint path must be absolute, got {self.endpoint!r}")
+        return path

@@ -1,0 +1,169 @@
+"""Build the driver (store, system layer, services, gRPC server) from a Config, and run it."""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import signal
+import threading
+from concurrent import futures
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import IO
+
+import grpc
+
+from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
+from csi_hostpath.api.controller import ControllerServicer
+from csi_hostpath.api.identity import IdentityServicer
+from csi_hostpath.api.logging_interceptor import LoggingInterceptor
+from csi_hostpath.api.node import NodeServicer
+from csi_hostpath.config import Config
+from csi_hostpath.service.controller import ControllerService
+from csi_hostpath.service.node import NodeService
+from csi_hostpath.store.db import Store
+from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.system.base import System
+
+log = logging.getLogger(__name__)
+
+
+class StateDirLocked(RuntimeError):
+    pass
+
+
+def lock_state_dir(state_dir: Path) -> IO[bytes]:
+    """Hold an exclusive flock for the life of the process: two daemons on one state directory
+    would each believe their store is the truth."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    handle = open(state_dir / ".lock", "ab")  # noqa: SIM115 - held open for the process's life
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise StateDirLocked(
+            f"another csi-hostpath daemon holds {state_dir}; give each daemon its own --state-dir"
+        ) from None
+    return handle
+
+
+@dataclass
+class Driver:
+    config: Config
+    server: grpc.Server
+    store: Store
+    layout: PoolLayout
+    controller: ControllerService | None
+    node: NodeService | None
+    lock_handle: IO[bytes]
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+
+    def stop(self, grace: float = 5.0) -> None:
+        self._stop.set()
+        self.server.stop(grace).wait()
+        if self.node is not None:
+            self.node.stop_background()
+        for t in self._threads:
+            t.join(timeout=5)
+        self.store.close()
+        self.lock_handle.close()
+        self.config.socket_path.unlink(missing_ok=True)
+
+    def _controller_loop(self) -> None:
+        assert self.controller is not None
+        while not self._stop.wait(self.config.heartbeat_interval):
+            try:
+                self.controller.import_events()
+            except Exception:
+                log.exception("importing node events failed; trying again")
+
+
+def build_driver(config: Config, system: System | None = None) -> Driver:
+    lock = lock_state_dir(config.state_dir)
+    try:
+        layout = PoolLayout(config.pool_dir)
+        layout.ensure()
+        store = Store(config.state_dir / "state.db")
+        if system is None:
+            from csi_hostpath.system.linux import linux_system
+
+            system = linux_system(config.pool_dir)
+        controller = (
+            ControllerService(config, store, system, layout) if config.serves_controller else None
+        )
+        node = NodeService(config, store, system, layout) if config.serves_node else None
+        if node is not None:
+            node.reconcile()
+        if controller is not None:
+            controller.reconcile()
+            controller.import_events()
+
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="rpc"),
+            interceptors=[LoggingInterceptor()],
+            options=[("grpc.so_reuseport", 0)],
+        )
+        pb_grpc.add_IdentityServicer_to_server(IdentityServicer(config, store), server)
+        if controller is not None:
+            pb_grpc.add_ControllerServicer_to_server(ControllerServicer(controller), server)
+        if node is not None:
+            pb_grpc.add_NodeServicer_to_server(NodeServicer(node), server)
+        _bind(server, config.socket_path)
+        driver = Driver(config, server, store, layout, controller, node, lock)
+    except BaseException:
+        lock.close()
+        raise
+    return driver
+
+
+def _bind(server: grpc.Server, socket_path: Path) -> None:
+    socket_path.parent.mkdir(parents=True, exist_ok=True)
+    if socket_path.exists() or socket_path.is_socket():
+        socket_path.unlink()  # a stale socket from a crash; the state-dir lock proves it is ours
+    old_umask = os.umask(0o177)  # the socket is born 0600: only root talks to a storage driver
+    try:
+        server.add_insecure_port(f"unix://{socket_path}")
+    finally:
+        os.umask(old_umask)
+
+
+def start(driver: Driver) -> None:
+    driver.server.start()
+    os.chmod(driver.config.socket_path, 0o600)
+    if driver.node is not None:
+        driver.node.start_background()
+    if driver.controller is not None:
+        t = threading.Thread(target=driver._controller_loop, name="controller-events", daemon=True)
+        t.start()
+        driver._threads.append(t)
+    log.info(
+        "serving %s (%s mode, node %s) on %s; state in %s, pool in %s (%s scope)",
+        driver.config.driver_name,
+        driver.config.mode.value,
+        driver.config.node_id,
+        driver.config.socket_path,
+        driver.config.state_dir,
+        driver.config.pool_dir,
+        driver.config.pool_scope.value,
+    )
+
+
+def serve(config: Config) -> int:
+    driver = build_driver(config)
+    start(driver)
+    stopping = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: stopping gracefully", signum)
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    while not stopping.wait(1.0):
+        pass
+    driver.stop()
+    log.info("stopped")
+    return 0

@@ -1,0 +1,353 @@
+"""Controller use-cases: volumes in the pool, and the publish ledger.
+
+Order of operations (so that a crash at any line heals on a retry or on restart):
+create: decide → create the sparse file (idempotent) → commit the row.
+delete: refuse while published → remove the file → delete the row.
+publish: decide and commit in one transaction → write the lease nodes read.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from csi_hostpath.config import Config, PoolScope
+from csi_hostpath.core import access, ledger
+from csi_hostpath.core.errors import (
+    Incompatible,
+    InvalidRequest,
+    NoCapacity,
+    NodeNotFound,
+    StillPublished,
+    TopologyUnsatisfiable,
+    VolumeNotFound,
+)
+from csi_hostpath.core.model import Capability, ContentSource, Publication, Volume
+from csi_hostpath.core.naming import is_volume_id, new_volume_id
+from csi_hostpath.service.guard import InFlight
+from csi_hostpath.store.db import Store
+from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.system.base import NoSpace, System
+
+log = logging.getLogger(__name__)
+
+GENERATION_KEY = "generation"
+FS_TYPE_KEY = "fsType"
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyRequirement:
+    requisite: Sequence[Mapping[str, str]] = ()
+    preferred: Sequence[Mapping[str, str]] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CreatedVolume:
+    volume: Volume
+    volume_context: dict[str, str]
+    topology: list[dict[str, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class ListedVolume:
+    volume: Volume
+    published_node_ids: list[str]
+
+
+class ControllerService:
+    def __init__(self, config: Config, store: Store, system: System, layout: PoolLayout) -> None:
+        self.config = config
+        self.store = store
+        self.system = system
+        self.layout = layout
+        self.inflight = InFlight()
+
+    # ----- helpers -----
+    def _topology(self, volume: Volume) -> list[dict[str, str]]:
+        if self.config.pool_scope == PoolScope.LOCAL and volume.node_id:
+            return [{self.config.topology_key: volume.node_id}]
+        return []
+
+    def created(self, volume: Volume) -> CreatedVolume:
+        context = {FS_TYPE_KEY: volume.fs_type} if volume.fs_type else {}
+        return CreatedVolume(volume, context, self._topology(volume))
+
+    def _require_volume(self, volume_id: str) -> Volume:
+        volume = self.store.get_volume(volume_id) if is_volume_id(volume_id) else None
+        if volume is None:
+            raise VolumeNotFound(f"volume {volume_id!r} does not exist")
+        return volume
+
+    def _check_topology(self, requirement: TopologyRequirement | None) -> None:
+        """In local scope a volume can only live on this controller's node."""
+        if requirement is None or self.config.pool_scope == PoolScope.SHARED:
+            return
+        if not requirement.requisite and not requirement.preferred:
+            return
+        mine = {self.config.topology_key: self.config.node_id}
+        candidates = list(requirement.requisite) or list(requirement.preferred)
+        if requirement.requisite and not any(dict(t) == mine for t in candidates):
+            raise TopologyUnsatisfiable(
+                f"this pool is local to node {self.config.node_id!r}; the requisite topology "
+                f"{[dict(t) for t in candidates]} does not include it"
+            )
+
+    # ----- volumes -----
+    def create_volume(
+        self,
+        name: str,
+        capabilities: Sequence[Capability],
+        required_bytes: int,
+        limit_bytes: int,
+        parameters: Mapping[str, str],
+        content_source: ContentSource | None = None,
+        topology: TopologyRequirement | None = None,
+    ) -> CreatedVolume:
+        if not name:
+            raise InvalidRequest("name is required")
+        if not capabilities:
+            raise InvalidRequest("volume_capabilities are required")
+        for cap in capabilities:
+            access.check_capability(cap)
+        fs_type = access.volume_fs_type(capabilities)
+        size = access.round_capacity(
+            required_bytes, limit_bytes, fs_type, self.config.max_volume_size
+        )
+        if content_source is not None:
+            raise InvalidRequest("volume content sources are not supported by this driver yet")
+        with self.inflight.hold(f"name:{name}", "CreateVolume"):
+            existing = self.store.get_volume_by_name(name)
+            if existing is not None:
+                self._check_same(
+                    existing, capabilities, required_bytes, limit_bytes, parameters, content_source
+                )
+                # The row is committed only after the file exists, so a match is complete.
+                return self.created(existing)
+            self._check_topology(topology)
+            if size > self.system.pool.free_bytes():
+                raise NoCapacity(
+                    f"the pool has {self.system.pool.free_bytes()} bytes free, less than the "
+                    f"{size} bytes asked for"
+                )
+            volume = Volume(
+                volume_id=new_volume_id(),
+                name=name,
+                capacity_bytes=size,
+                capabilities=tuple(capabilities),
+                fs_type=fs_type,
+                parameters=dict(parameters),
+                content_source=content_source,
+                node_id=self.config.node_id if self.config.pool_scope == PoolScope.LOCAL else None,
+                created_at=time.time(),
+            )
+            path = self.layout.volume_file(volume.volume_id)
+            try:
+                self.system.pool.create(path, size)
+            except NoSpace as e:
+                raise NoCapacity(f"the pool has no room for {size} bytes: {e}") from e
+            raced = self.store.insert_volume_unless_named(volume)
+            if raced is not None:  # another process won the name between our check and insert
+                self.system.pool.remove(path)
+                return self.created(raced)
+            log.info(
+                "created volume %s name=%s size=%d fs=%s",
+                volume.volume_id,
+                name,
+                size,
+                fs_type or "block",
+            )
+            return self.created(volume)
+
+    @staticmethod
+    def _check_same(
+        existing: Volume,
+        capabilities: Sequence[Capability],
+        required_bytes: int,
+        limit_bytes: int,
+        parameters: Mapping[str, str],
+        content_source: ContentSource | None,
+    ) -> None:
+        problems = []
+        if required_bytes and existing.capacity_bytes < required_bytes:
+            problems.append(f"capacity {existing.capacity_bytes} < required {required_bytes}")
+        if limit_bytes and existing.capacity_bytes > limit_bytes:
+            problems.append(f"capacity {existing.capacity_bytes} > limit {limit_bytes}")
+        if set(capabilities) != set(existing.capabilities):
+            problems.append("different volume capabilities")
+        if dict(parameters) != dict(existing.parameters):
+            problems.append("different parameters")
+        if content_source != existing.content_source:
+            problems.append("different content source")
+        if problems:
+            raise Incompatible(
+                f"a volume named {existing.name!r} already exists ({existing.volume_id}) with "
+                + "; ".join(problems)
+            )
+
+    def delete_volume(self, volume_id: str) -> None:
+        if not volume_id:
+            raise InvalidRequest("volume_id is required")
+        if not is_volume_id(volume_id):
+            return  # never ours, so already gone
+        with self.inflight.hold(volume_id, "DeleteVolume"):
+            holders = self.store.publications(volume_id=volume_id)
+            if holders:
+                raise StillPublished(
+                    f"volume {volume_id} is still published to "
+                    f"{', '.join(repr(h.node_id) for h in holders)}; unpublish it first"
+                )
+            self.system.pool.remove(self.layout.volume_file(volume_id))
+            self.layout.remove_lease(volume_id)
+            self.store.delete_volume(volume_id)
+            log.info("deleted volume %s", volume_id)
+
+    def validate_capabilities(
+        self, volume_id: str, capabilities: Sequence[Capability]
+    ) -> tuple[bool, str]:
+        volume = self._require_volume(volume_id)
+        for cap in capabilities:
+            try:
+                access.check_capability(cap)
+            except (InvalidRequest, Exception) as e:  # noqa: BLE001 - any refusal means "not confirmed"
+                return False, str(e)
+            if cap.access_type not in {c.access_type for c in volume.capabilities}:
+                return (
+                    False,
+                    f"volume {volume_id} was not created for {cap.access_type.value} access",
+                )
+            if cap.fs_type and volume.fs_type and cap.fs_type != volume.fs_type:
+                return False, f"volume {volume_id} holds {volume.fs_type}, not {cap.fs_type}"
+        return True, ""
+
+    def get_capacity(self) -> tuple[int, int]:
+        """(available bytes, maximum volume size) of the pool."""
+        free = self.system.pool.free_bytes()
+        maximum = min(free, self.config.max_volume_size) if self.config.max_volume_size else free
+        return free, maximum
+
+    def list_volumes(self, starting_token: str, max_entries: int) -> tuple[list[ListedVolume], str]:
+        if max_entries < 0:
+            raise InvalidRequest("max_entries must not be negative")
+        volumes, next_token = self.store.list_volumes(starting_token, max_entries)
+        holders: dict[str, list[str]] = {}
+        for p in self.store.publications():
+            holders.setdefault(p.volume_id, []).append(p.node_id)
+        return [ListedVolume(v, holders.get(v.volume_id, [])) for v in volumes], next_token
+
+    # ----- the ledger -----
+    def publish(
+        self, volume_id: str, node_id: str, cap: Capability, readonly: bool
+    ) -> dict[str, str]:
+        if not volume_id:
+            raise InvalidRequest("volume_id is required")
+        if not node_id:
+            raise InvalidRequest("node_id is required")
+        access.check_capability(cap)
+        self._require_volume(volume_id)
+        if self.layout.heartbeat(node_id) is None:
+            raise NodeNotFound(
+                f"node {node_id!r} has never sent a heartbeat to pool {self.layout.root}; is its "
+                "node plugin running with this pool?"
+            )
+        with self.inflight.hold(volume_id, "ControllerPublishVolume"):
+
+            def decide(
+                volume: Volume, holders: list[Publication], count: int, generation: int
+            ) -> ledger.PublishDecision:
+                return ledger.decide_publish(
+                    volume,
+                    node_id,
+                    cap,
+                    readonly,
+                    holders,
+                    count,
+                    self.config.max_volumes_per_node,
+                    generation,
+                    time.time(),
+                )
+
+            decision = self.store.publish(volume_id, node_id, decide, actor="controller")
+            # Written on every call, including repeats: a crash between the commit and this
+            # write heals when the attacher retries.
+            self.write_lease(volume_id)
+            if isinstance(decision, ledger.Publish):
+                p = decision.publication
+                log.info(
+                    "published %s to node %s mode=%s ro=%s generation=%d",
+                    volume_id,
+                    node_id,
+                    p.access_mode.name,
+                    p.readonly,
+                    p.generation,
+                )
+            return {GENERATION_KEY: str(decision.publication.generation)}
+
+    def unpublish(self, volume_id: str, node_id: str) -> None:
+        if not volume_id:
+            raise InvalidRequest("volume_id is required")
+        if not is_volume_id(volume_id):
+            return
+        with self.inflight.hold(volume_id, "ControllerUnpublishVolume"):
+            removed = self.store.unpublish(volume_id, node_id, actor="controller")
+            if self.store.get_volume(volume_id) is not None:
+                self.write_lease(volume_id)
+            for p in removed:
+                log.info(
+                    "unpublished %s from node %s (generation %d)",
+                    volume_id,
+                    p.node_id,
+                    p.generation,
+                )
+
+    def write_lease(self, volume_id: str) -> None:
+        sync_lease(self.store, self.layout, volume_id)
+
+    def reconcile(self) -> None:
+        """Make every lease file say what the ledger says; the ledger is the truth."""
+        for volume in self.store.all_volumes():
+            lease = self.layout.read_lease(volume.volume_id)
+            holders = {
+                p.node_id: p.generation for p in self.store.publications(volume_id=volume.volume_id)
+            }
+            if lease is None and not holders:
+                continue
+            if lease is None or lease.holders != holders:
+                log.warning(
+                    "repair: lease of %s said %s, ledger says %s; rewriting",
+                    volume.volume_id,
+                    lease.holders if lease else None,
+                    holders,
+                )
+                self.write_lease(volume.volume_id)
+            if not self.layout.volume_file(volume.volume_id).exists():
+                log.warning(
+                    "volume %s has no backing file in %s", volume.volume_id, self.layout.volumes
+                )
+
+    def import_events(self) -> int:
+        return import_node_events(self.store, self.layout)
+
+
+def sync_lease(store: Store, layout: PoolLayout, volume_id: str) -> None:
+    """Write the lease file nodes read so that it says what the ledger says."""
+    holders = {p.node_id: p.generation for p in store.publications(volume_id=volume_id)}
+    layout.write_lease(ledger.Lease(volume_id, store.generation(volume_id), holders))
+
+
+def import_node_events(store: Store, layout: PoolLayout) -> int:
+    """Move node-reported events (fences) from the pool into the audit trail."""
+    count = 0
+    for path, event in layout.take_events():
+        store.record(
+            "node:" + str(event.get("node_id", "?")),
+            str(event.get("action", "?")),
+            str(event.get("volume_id", "")),
+            str(event.get("node_id", "")),
+            int(event.get("generation", 0)),
+            str(event.get("reason", "")),
+        )
+        path.unlink(missing_ok=True)
+        count += 1
+    return count
