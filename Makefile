@@ -1,0 +1,47 @@
+# csi_hostpath: run `make help` for the targets.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+RUN_DIR ?= $(CURDIR)/.run
+ENDPOINT ?= unix://$(RUN_DIR)/csi.sock
+NODE_ID ?= $(shell hostname)
+PYTEST_ARGS ?=
+
+.PHONY: help install proto run test unit lint typecheck clean
+
+help:  ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+$(PY):
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+install: $(VENV)/.installed  ## create the venv and install the package with its dev tools
+
+$(VENV)/.installed: pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $@
+
+proto: install  ## regenerate csi_hostpath/_pb from proto/csi.proto (pinned grpcio-tools)
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH bash tools/genproto.sh
+
+run: install  ## serve the driver on a local socket, state in ./.run (Ctrl-C stops it)
+	@mkdir -p $(RUN_DIR)
+	@echo "csi-hostpath: socket $(RUN_DIR)/csi.sock, state $(RUN_DIR)/state"
+	$(VENV)/bin/csi-hostpath serve --endpoint $(ENDPOINT) --node-id $(NODE_ID) \
+		--state-dir $(RUN_DIR)/state
+
+lint: install  ## ruff and mypy --strict on the package
+	$(VENV)/bin/ruff check csi_hostpath tests
+	$(VENV)/bin/mypy
+
+typecheck: lint  ## alias of lint
+
+test: install lint  ## lint, then every test (real loop devices: needs root)
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+unit: install  ## the fast tests only (no root needed)
+	$(PY) -m pytest -q -m 'not real' $(PYTEST_ARGS)
+
+clean:  ## remove the venv, caches and the .run directory (stop `make run` first)
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis $(RUN_DIR) *.egg-info

@@ -1,0 +1,168 @@
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from tests.kernel import cleanup_kernel
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    """A scratch directory under /tmp whose mounts and loop devices are torn down afterwards,
+    whatever happened in the test."""
+    root = Path(tempfile.mkdtemp(prefix="csihp-test-"))
+    try:
+        yield root
+    finally:
+        cleanup_kernel(root)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@dataclass
+class Client:
+    """Stubs on one channel to a driver's socket."""
+
+    socket: Path
+    channel: grpc.Channel = field(init=False)
+    identity: Any = field(init=False)
+    controller: Any = field(init=False)
+    node: Any = field(init=False)
+
+    def __post_init__(self) -> None:
+        from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
+
+        self.channel = grpc.insecure_channel(f"unix://{self.socket}")
+        self.identity = pb_grpc.IdentityStub(self.channel)
+        self.controller = pb_grpc.ControllerStub(self.channel)
+        self.node = pb_grpc.NodeStub(self.channel)
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+@dataclass
+class DriverProcess:
+    """A real `csi-hostpath serve` process."""
+
+    args: list[str]
+    socket: Path
+    log_path: Path
+    prefix: list[str] = field(default_factory=list)
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 20.0) -> Client:
+        if self.socket.exists():
+            self.socket.unlink()
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
+        self.proc = subprocess.Popen(
+            [*self.prefix, sys.executable, "-m", "csi_hostpath", "serve", *self.args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while not self.socket.exists():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"driver exited {self.proc.returncode}:\n{self.log()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"driver did not create its socket:\n{self.log()}")
+            time.sleep(0.02)
+        client = Client(self.socket)
+        grpc.channel_ready_future(client.channel).result(timeout=timeout)
+        return client
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-6000:]
+        except FileNotFoundError:
+            return ""
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+            if sig in (signal.SIGKILL, signal.SIGTERM):
+                self.proc.wait(timeout=20)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.kill(self.proc.pid, signal.SIGCONT)
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=20)
+
+
+def driver_args(root: Path, name: str, *extra: str, node_id: str = "node-a") -> list[str]:
+    return [
+        "--endpoint",
+        f"unix://{root}/{name}.sock",
+        "--node-id",
+        node_id,
+        "--state-dir",
+        str(root / f"{name}-state"),
+        "--log-level",
+        "DEBUG",
+        *extra,
+    ]
+
+
+@pytest.fixture
+def spawn(workdir: Path) -> Iterator[Any]:
+    """Start driver processes; all are stopped (and the kernel cleaned) when the test ends."""
+    started: list[tuple[DriverProcess, Client | None]] = []
+
+    def _spawn(
+        name: str,
+        *extra: str,
+        node_id: str = "node-a",
+        prefix: list[str] | None = None,
+        start: bool = True,
+    ) -> tuple[DriverProcess, Client | None]:
+        handle = DriverProcess(
+            driver_args(workdir, name, *extra, node_id=node_id),
+            workdir / f"{name}.sock",
+            workdir / f"{name}.log",
+            prefix=prefix or [],
+        )
+        client = handle.start() if start else None
+        started.append((handle, client))
+        return handle, client
+
+    yield _spawn
+    for handle, client in started:
+        if client is not None:
+            client.close()
+        handle.stop()
+
+
+@pytest.fixture
+def driver(workdir: Path) -> Iterator[Client]:
+    """An in-process driver (mode all, local scope) on a temporary unix socket, real system."""
+    from csi_hostpath.cli import build_parser, config_from_args
+    from csi_hostpath.server import build_driver, start
+
+    args = build_parser().parse_args(["serve", *driver_args(workdir, "drv")])
+    config = config_from_args(args)
+    drv = build_driver(config)
+    start(drv)
+    client = Client(config.socket_path)
+    try:
+        yield client
+    finally:
+        client.close()
+        drv.stop(grace=1)

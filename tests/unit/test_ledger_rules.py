@@ -1,0 +1,190 @@
+"""The ledger's rules as a table: read it as documentation.
+
+Each row: node-a already holds the volume (read-write, in MODE); then a second ControllerPublish
+arrives with the same MODE, from the SAME node or ANOTHER node, read-only or not. The outcome is
+what the driver must answer.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from csi_hostpath.core import errors, ledger
+from csi_hostpath.core.model import AccessMode, AccessType, Capability, Publication, Volume
+
+M = AccessMode
+MOUNT, BLOCK = AccessType.MOUNT, AccessType.BLOCK
+OK, SAME_CONTEXT = "OK (new holder)", "OK (same publish_context)"
+REFUSED = "FAILED_PRECONDITION (names the holder)"
+CONFLICT = "ALREADY_EXISTS"
+UNSUPPORTED = "INVALID_ARGUMENT"
+
+#  mode                          type    node      readonly  outcome
+TABLE: list[tuple[AccessMode, AccessType, str, bool, str]] = [
+    (M.SINGLE_NODE_WRITER,        MOUNT, "same",    False, SAME_CONTEXT),
+    (M.SINGLE_NODE_WRITER,        MOUNT, "same",    True,  CONFLICT),
+    (M.SINGLE_NODE_WRITER,        MOUNT, "other",   False, REFUSED),
+    (M.SINGLE_NODE_WRITER,        MOUNT, "other",   True,  REFUSED),
+    (M.SINGLE_NODE_READER_ONLY,   MOUNT, "same",    False, SAME_CONTEXT),  # always read-only
+    (M.SINGLE_NODE_READER_ONLY,   MOUNT, "same",    True,  SAME_CONTEXT),
+    (M.SINGLE_NODE_READER_ONLY,   MOUNT, "other",   False, REFUSED),
+    (M.SINGLE_NODE_READER_ONLY,   MOUNT, "other",   True,  REFUSED),
+    (M.SINGLE_NODE_SINGLE_WRITER, MOUNT, "same",    False, SAME_CONTEXT),
+    (M.SINGLE_NODE_SINGLE_WRITER, MOUNT, "same",    True,  CONFLICT),
+    (M.SINGLE_NODE_SINGLE_WRITER, MOUNT, "other",   False, REFUSED),
+    (M.SINGLE_NODE_SINGLE_WRITER, MOUNT, "other",   True,  REFUSED),
+    (M.SINGLE_NODE_MULTI_WRITER,  MOUNT, "same",    False, SAME_CONTEXT),
+    (M.SINGLE_NODE_MULTI_WRITER,  MOUNT, "same",    True,  CONFLICT),
+    (M.SINGLE_NODE_MULTI_WRITER,  MOUNT, "other",   False, REFUSED),
+    (M.SINGLE_NODE_MULTI_WRITER,  MOUNT, "other",   True,  REFUSED),
+    (M.MULTI_NODE_READER_ONLY,    MOUNT, "same",    False, SAME_CONTEXT),
+    (M.MULTI_NODE_READER_ONLY,    MOUNT, "same",    True,  SAME_CONTEXT),
+    (M.MULTI_NODE_READER_ONLY,    MOUNT, "other",   False, OK),  # served read-only anyway
+    (M.MULTI_NODE_READER_ONLY,    MOUNT, "other",   True,  OK),
+    (M.MULTI_NODE_SINGLE_WRITER,  BLOCK, "same",    False, SAME_CONTEXT),
+    (M.MULTI_NODE_SINGLE_WRITER,  BLOCK, "same",    True,  CONFLICT),
+    (M.MULTI_NODE_SINGLE_WRITER,  BLOCK, "other",   False, REFUSED),  # a second writer
+    (M.MULTI_NODE_SINGLE_WRITER,  BLOCK, "other",   True,  OK),       # a reader
+    (M.MULTI_NODE_SINGLE_WRITER,  MOUNT, "other",   True,  UNSUPPORTED),
+    (M.MULTI_NODE_MULTI_WRITER,   BLOCK, "same",    False, SAME_CONTEXT),
+    (M.MULTI_NODE_MULTI_WRITER,   BLOCK, "same",    True,  CONFLICT),
+    (M.MULTI_NODE_MULTI_WRITER,   BLOCK, "other",   False, OK),
+    (M.MULTI_NODE_MULTI_WRITER,   BLOCK, "other",   True,  OK),
+    (M.MULTI_NODE_MULTI_WRITER,   MOUNT, "other",   False, UNSUPPORTED),
+]  # fmt: skip
+
+VOLUME_ID = "vol-" + "a" * 32
+
+
+def _volume(kind: AccessType) -> Volume:
+    return Volume(VOLUME_ID, "v", 1 << 30, (Capability(kind, M.SINGLE_NODE_WRITER),), "ext4")
+
+
+def _outcome(mode: AccessMode, kind: AccessType, node: str, readonly: bool) -> str:
+    volume = _volume(kind)
+    holder = Publication(
+        VOLUME_ID,
+        "node-a",
+        mode,
+        kind,
+        mode in (M.SINGLE_NODE_READER_ONLY, M.MULTI_NODE_READER_ONLY),
+        1,
+        100.0,
+    )
+    node_id = "node-a" if node == "same" else "node-b"
+    try:
+        decision = ledger.decide_publish(
+            volume, node_id, Capability(kind, mode), readonly, [holder], 0, 0, 1, 200.0
+        )
+    except errors.PublishedElsewhere as e:
+        assert "node-a" in str(e), "the refusal names the holder"
+        assert "since" in str(e), "and when it took the volume"
+        return REFUSED
+    except errors.Incompatible:
+        return CONFLICT
+    except errors.Unsupported:
+        return UNSUPPORTED
+    if isinstance(decision, ledger.AlreadyPublished):
+        assert decision.publication == holder
+        return SAME_CONTEXT
+    assert decision.publication.generation == 2, "each publish bumps the fencing token"
+    return OK
+
+
+@pytest.mark.parametrize(
+    ("mode", "kind", "node", "readonly", "expected"),
+    TABLE,
+    ids=[f"{r[0].name}-{r[1].value}-{r[2]}-{'ro' if r[3] else 'rw'}" for r in TABLE],
+)
+def test_ledger_table(
+    mode: AccessMode, kind: AccessType, node: str, readonly: bool, expected: str
+) -> None:
+    assert _outcome(mode, kind, node, readonly) == expected
+
+
+def test_table_covers_every_mode_node_and_readonly() -> None:
+    covered = {(m, n, r) for m, _, n, r, _ in TABLE}
+    for mode in M:
+        if mode == M.UNKNOWN:
+            continue
+        for node in ("same", "other"):
+            for ro in (False, True):
+                assert (mode, node, ro) in covered, (mode.name, node, ro)
+
+
+def test_first_publish_gets_next_generation() -> None:
+    decision = ledger.decide_publish(
+        _volume(MOUNT), "node-a", Capability(MOUNT, M.SINGLE_NODE_WRITER), False, [], 0, 0, 41, 1.0
+    )
+    assert isinstance(decision, ledger.Publish)
+    assert decision.publication.generation == 42
+
+
+def test_node_volume_limit_is_resource_exhausted_kind() -> None:
+    with pytest.raises(errors.NodeVolumeLimit):
+        ledger.decide_publish(
+            _volume(MOUNT),
+            "node-a",
+            Capability(MOUNT, M.SINGLE_NODE_WRITER),
+            False,
+            [],
+            3,
+            3,
+            0,
+            1.0,
+        )
+
+
+def test_block_volume_published_as_mount_is_refused() -> None:
+    with pytest.raises(errors.Unsupported):
+        ledger.decide_publish(
+            _volume(BLOCK),
+            "node-a",
+            Capability(MOUNT, M.SINGLE_NODE_WRITER),
+            False,
+            [],
+            0,
+            0,
+            0,
+            1.0,
+        )
+
+
+def test_reader_only_share_refuses_a_writer_in_another_mode() -> None:
+    reader = Publication(VOLUME_ID, "node-a", M.MULTI_NODE_READER_ONLY, BLOCK, True, 1, 1.0)
+    with pytest.raises(errors.PublishedElsewhere):
+        ledger.decide_publish(
+            _volume(BLOCK),
+            "node-b",
+            Capability(BLOCK, M.MULTI_NODE_MULTI_WRITER),
+            False,
+            [reader],
+            0,
+            0,
+            1,
+            2.0,
+        )
+
+
+@pytest.mark.parametrize(
+    ("age", "accept", "allowed"),
+    [(5.0, False, False), (5.0, True, True), (61.0, False, True), (None, False, True)],
+    ids=["fresh-heartbeat", "fresh-but-accepted", "silent-past-grace", "never-seen"],
+)
+def test_force_detach_waits_for_the_grace_period(
+    age: float | None, accept: bool, allowed: bool
+) -> None:
+    holder = Publication(VOLUME_ID, "node-a", M.SINGLE_NODE_WRITER, MOUNT, False, 3, 1.0)
+    if allowed:
+        ledger.decide_force_detach(holder, age, 60.0, accept)
+    else:
+        with pytest.raises(errors.NodeAlive, match="node-a"):
+            ledger.decide_force_detach(holder, age, 60.0, accept)
+
+
+def test_revocation() -> None:
+    lease = ledger.Lease(VOLUME_ID, 5, {"node-b": 5})
+    assert ledger.is_revoked(lease, "node-a", 4)
+    assert not ledger.is_revoked(lease, "node-b", 5)
+    assert ledger.is_revoked(lease, "node-b", 4), "an older token of the same node is void"
+    assert ledger.is_revoked(None, "node-b", 5)
