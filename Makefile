@@ -9,6 +9,10 @@ PYTEST_ARGS ?=
 
 .PHONY: help install proto run test unit lint typecheck clean
 
+.DEFAULT_GOAL := help
+# Deployment, reliability and benchmark targets live in their own fragments.
+-include mk/*.mk
+
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
