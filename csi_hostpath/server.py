@@ -91,10 +91,14 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
             from csi_hostpath.system.linux import linux_system
 
             system = linux_system(config.pool_dir)
-        controller = (
-            ControllerService(config, store, system, layout) if config.serves_controller else None
-        )
         node = NodeService(config, store, system, layout) if config.serves_node else None
+        controller = (
+            ControllerService(
+                config, store, system, layout, consistency=node.frozen if node else None
+            )
+            if config.serves_controller
+            else None
+        )
         if node is not None:
             node.reconcile()
         if controller is not None:

@@ -166,3 +166,22 @@ def driver(workdir: Path) -> Iterator[Client]:
     finally:
         client.close()
         drv.stop(grace=1)
+
+
+@pytest.fixture
+def fake_driver(workdir: Path) -> Iterator[Client]:
+    """A real gRPC server over the fake system layer, with a 64 MiB pool: fast, needs no root,
+    and can run out of space on purpose."""
+    from csi_hostpath.cli import build_parser, config_from_args
+    from csi_hostpath.server import build_driver, start
+    from csi_hostpath.system.fake import fake_system
+
+    config = config_from_args(build_parser().parse_args(["serve", *driver_args(workdir, "f")]))
+    drv = build_driver(config, system=fake_system(config.pool_dir, capacity_bytes=64 << 20))
+    start(drv)
+    client = Client(config.socket_path)
+    try:
+        yield client
+    finally:
+        client.close()
+        drv.stop(grace=1)

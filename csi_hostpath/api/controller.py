@@ -19,7 +19,18 @@ CAPABILITIES = (
     RPC.LIST_VOLUMES_PUBLISHED_NODES,
     RPC.GET_CAPACITY,
     RPC.SINGLE_NODE_MULTI_WRITER,
+    RPC.CREATE_DELETE_SNAPSHOT,
+    RPC.LIST_SNAPSHOTS,
+    RPC.GET_SNAPSHOT,
+    RPC.CLONE_VOLUME,
+    RPC.EXPAND_VOLUME,
+    RPC.GET_VOLUME,
+    RPC.VOLUME_CONDITION,
 )
+
+
+def _condition(state: tuple[bool, str]) -> pb.VolumeCondition:
+    return pb.VolumeCondition(abnormal=state[0], message=state[1])
 
 
 class ControllerServicer(pb_grpc.ControllerServicer):
@@ -107,7 +118,8 @@ class ControllerServicer(pb_grpc.ControllerServicer):
                 pb.ListVolumesResponse.Entry(
                     volume=convert.volume_to_pb(c.volume, c.volume_context, c.topology),
                     status=pb.ListVolumesResponse.VolumeStatus(
-                        published_node_ids=item.published_node_ids
+                        published_node_ids=item.published_node_ids,
+                        volume_condition=_condition(self.service.condition(item.volume)),
                     ),
                 )
             )
@@ -119,7 +131,12 @@ class ControllerServicer(pb_grpc.ControllerServicer):
     ) -> pb.GetCapacityResponse:
         for i, cap in enumerate(request.volume_capabilities):
             convert.capability(cap, f"volume_capabilities[{i}]")
-        available, maximum = self.service.get_capacity()
+        topology = (
+            dict(request.accessible_topology.segments)
+            if request.HasField("accessible_topology")
+            else None
+        )
+        available, maximum = self.service.get_capacity(topology)
         return pb.GetCapacityResponse(
             available_capacity=available,
             maximum_volume_size=wrappers_pb2.Int64Value(value=maximum),
@@ -133,45 +150,81 @@ class ControllerServicer(pb_grpc.ControllerServicer):
             capabilities=[pb.ControllerServiceCapability(rpc=RPC(type=t)) for t in CAPABILITIES]
         )
 
-    # Not advertised yet (issue #4: snapshots, expansion, health); UNIMPLEMENTED as the spec asks.
     @rpc
     def CreateSnapshot(
         self, request: pb.CreateSnapshotRequest, context: grpc.ServicerContext
     ) -> pb.CreateSnapshotResponse:
-        raise NotImplementedHere("CreateSnapshot is not supported")
+        snap = self.service.create_snapshot(request.source_volume_id, request.name)
+        return pb.CreateSnapshotResponse(snapshot=convert.snapshot_to_pb(snap))
 
     @rpc
     def DeleteSnapshot(
         self, request: pb.DeleteSnapshotRequest, context: grpc.ServicerContext
     ) -> pb.DeleteSnapshotResponse:
-        raise NotImplementedHere("DeleteSnapshot is not supported")
+        self.service.delete_snapshot(request.snapshot_id)
+        return pb.DeleteSnapshotResponse()
 
     @rpc
     def ListSnapshots(
         self, request: pb.ListSnapshotsRequest, context: grpc.ServicerContext
     ) -> pb.ListSnapshotsResponse:
-        raise NotImplementedHere("ListSnapshots is not supported")
+        snaps, next_token = self.service.list_snapshots(
+            request.starting_token,
+            request.max_entries,
+            request.snapshot_id,
+            request.source_volume_id,
+        )
+        return pb.ListSnapshotsResponse(
+            entries=[
+                pb.ListSnapshotsResponse.Entry(snapshot=convert.snapshot_to_pb(s)) for s in snaps
+            ],
+            next_token=next_token,
+        )
 
     @rpc
     def GetSnapshot(
         self, request: pb.GetSnapshotRequest, context: grpc.ServicerContext
     ) -> pb.GetSnapshotResponse:
-        raise NotImplementedHere("GetSnapshot is not supported")
+        snap = self.service.get_snapshot(request.snapshot_id)
+        return pb.GetSnapshotResponse(snapshot=convert.snapshot_to_pb(snap))
 
     @rpc
     def ControllerExpandVolume(
         self, request: pb.ControllerExpandVolumeRequest, context: grpc.ServicerContext
     ) -> pb.ControllerExpandVolumeResponse:
-        raise NotImplementedHere("ControllerExpandVolume is not supported")
+        if not request.volume_id:
+            raise InvalidRequest("volume_id is required")
+        if not request.HasField("capacity_range"):
+            raise InvalidRequest("capacity_range is required")
+        if request.HasField("volume_capability"):
+            convert.capability(request.volume_capability)
+        size, node_step = self.service.expand_volume(
+            request.volume_id,
+            request.capacity_range.required_bytes,
+            request.capacity_range.limit_bytes,
+        )
+        return pb.ControllerExpandVolumeResponse(
+            capacity_bytes=size, node_expansion_required=node_step
+        )
 
     @rpc
     def ControllerGetVolume(
         self, request: pb.ControllerGetVolumeRequest, context: grpc.ServicerContext
     ) -> pb.ControllerGetVolumeResponse:
-        raise NotImplementedHere("ControllerGetVolume is not supported")
+        item = self.service.get_volume(request.volume_id)
+        c = self.service.created(item.volume)
+        abnormal, message = self.service.condition(item.volume)
+        return pb.ControllerGetVolumeResponse(
+            volume=convert.volume_to_pb(c.volume, c.volume_context, c.topology),
+            status=pb.ControllerGetVolumeResponse.VolumeStatus(
+                published_node_ids=item.published_node_ids,
+                volume_condition=pb.VolumeCondition(abnormal=abnormal, message=message),
+            ),
+        )
 
     @rpc
     def ControllerModifyVolume(
         self, request: pb.ControllerModifyVolumeRequest, context: grpc.ServicerContext
     ) -> pb.ControllerModifyVolumeResponse:
+        # MODIFY_VOLUME is not advertised: this driver has no mutable parameters.
         raise NotImplementedHere("ControllerModifyVolume is not supported: no mutable parameters")

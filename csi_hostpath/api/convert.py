@@ -4,9 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from google.protobuf import timestamp_pb2
+
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.core.errors import InvalidRequest
-from csi_hostpath.core.model import AccessMode, AccessType, Capability, ContentSource, Volume
+from csi_hostpath.core.model import (
+    AccessMode,
+    AccessType,
+    Capability,
+    ContentSource,
+    Snapshot,
+    Volume,
+)
 from csi_hostpath.service.controller import TopologyRequirement
 
 
@@ -93,3 +102,15 @@ def volume_to_pb(
     if source is not None:
         out.content_source.CopyFrom(source)
     return out
+
+
+def snapshot_to_pb(snap: Snapshot) -> pb.Snapshot:
+    created = timestamp_pb2.Timestamp()
+    created.FromNanoseconds(int(snap.created_at * 1e9))
+    return pb.Snapshot(
+        snapshot_id=snap.snapshot_id,
+        source_volume_id=snap.source_volume_id,
+        size_bytes=snap.size_bytes,
+        creation_time=created,
+        ready_to_use=snap.ready,
+    )

@@ -38,6 +38,9 @@ class IdentityServicer(pb_grpc.IdentityServicer):
             caps.append(Cap(service=Cap.Service(type=Cap.Service.CONTROLLER_SERVICE)))
         if self.config.pool_scope == PoolScope.LOCAL:
             caps.append(Cap(service=Cap.Service(type=Cap.Service.VOLUME_ACCESSIBILITY_CONSTRAINTS)))
+        # Filesystems grow while mounted (xfs_growfs, resize2fs) and loop devices take a new
+        # capacity live, so expansion needs no unpublish.
+        caps.append(Cap(volume_expansion=Cap.VolumeExpansion(type=Cap.VolumeExpansion.ONLINE)))
         return pb.GetPluginCapabilitiesResponse(capabilities=caps)
 
     @rpc

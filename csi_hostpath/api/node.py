@@ -6,7 +6,7 @@ from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.api import convert
 from csi_hostpath.api.status import rpc
-from csi_hostpath.core.errors import InvalidRequest, NotImplementedHere
+from csi_hostpath.core.errors import InvalidRequest
 from csi_hostpath.core.model import AccessType
 from csi_hostpath.service.node import NodeService
 
@@ -16,6 +16,7 @@ CAPABILITIES = (
     RPC.GET_VOLUME_STATS,
     RPC.SINGLE_NODE_MULTI_WRITER,
     RPC.VOLUME_CONDITION,
+    RPC.EXPAND_VOLUME,
 )
 Usage = pb.VolumeUsage
 
@@ -66,6 +67,7 @@ class NodeServicer(pb_grpc.NodeServicer):
             request.target_path,
             cap,
             request.readonly,
+            dict(request.volume_context),
         )
         return pb.NodePublishVolumeResponse()
 
@@ -130,4 +132,9 @@ class NodeServicer(pb_grpc.NodeServicer):
     def NodeExpandVolume(
         self, request: pb.NodeExpandVolumeRequest, context: grpc.ServicerContext
     ) -> pb.NodeExpandVolumeResponse:
-        raise NotImplementedHere("NodeExpandVolume is not supported")
+        if request.HasField("volume_capability"):
+            convert.capability(request.volume_capability)
+        size = self.service.expand(
+            request.volume_id, request.volume_path, request.capacity_range.required_bytes
+        )
+        return pb.NodeExpandVolumeResponse(capacity_bytes=size)

@@ -85,3 +85,7 @@ class NotReady(DriverError):
 
 class NotImplementedHere(DriverError):
     """An RPC whose capability this driver does not advertise (UNIMPLEMENTED)."""
+
+
+class OnlineResizeUnavailable(DriverError):
+    """The filesystem can't grow while mounted here; it grows on its next stage."""

@@ -10,22 +10,27 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from csi_hostpath.config import Config, PoolScope
 from csi_hostpath.core import access, ledger
 from csi_hostpath.core.errors import (
+    CapacityOutOfRange,
     Incompatible,
     InvalidRequest,
     NoCapacity,
     NodeNotFound,
+    SnapshotNotFound,
     StillPublished,
     TopologyUnsatisfiable,
+    Unsupported,
     VolumeNotFound,
 )
-from csi_hostpath.core.model import Capability, ContentSource, Publication, Volume
-from csi_hostpath.core.naming import is_volume_id, new_volume_id
+from csi_hostpath.core.model import Capability, ContentSource, Publication, Snapshot, Volume
+from csi_hostpath.core.naming import is_snapshot_id, is_volume_id, new_snapshot_id, new_volume_id
 from csi_hostpath.service.guard import InFlight
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout
@@ -57,12 +62,22 @@ class ListedVolume:
 
 
 class ControllerService:
-    def __init__(self, config: Config, store: Store, system: System, layout: PoolLayout) -> None:
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        system: System,
+        layout: PoolLayout,
+        consistency: Callable[[str], AbstractContextManager[None]] | None = None,
+    ) -> None:
         self.config = config
         self.store = store
         self.system = system
         self.layout = layout
         self.inflight = InFlight()
+        # Freezes a volume's filesystem while it is copied, when the volume is staged on this
+        # same process's node (mode all); elsewhere a copy is crash-consistent at best.
+        self.consistency = consistency or (lambda volume_id: nullcontext())
 
     # ----- helpers -----
     def _topology(self, volume: Volume) -> list[dict[str, str]]:
@@ -115,8 +130,6 @@ class ControllerService:
         size = access.round_capacity(
             required_bytes, limit_bytes, fs_type, self.config.max_volume_size
         )
-        if content_source is not None:
-            raise InvalidRequest("volume content sources are not supported by this driver yet")
         with self.inflight.hold(f"name:{name}", "CreateVolume"):
             existing = self.store.get_volume_by_name(name)
             if existing is not None:
@@ -126,6 +139,16 @@ class ControllerService:
                 # The row is committed only after the file exists, so a match is complete.
                 return self.created(existing)
             self._check_topology(topology)
+            source_file: Path | None = None
+            if content_source is not None:
+                source_file, source_size = self._content_source(content_source, fs_type)
+                if limit_bytes and limit_bytes < source_size:
+                    raise CapacityOutOfRange(
+                        f"the source holds {source_size} bytes, more than limit_bytes "
+                        f"{limit_bytes}: a volume can't be restored into less than its source"
+                    )
+                # With no size asked for, a restore or clone is as large as its source.
+                size = max(size, source_size) if required_bytes else source_size
             if size > self.system.pool.free_bytes():
                 raise NoCapacity(
                     f"the pool has {self.system.pool.free_bytes()} bytes free, less than the "
@@ -144,7 +167,10 @@ class ControllerService:
             )
             path = self.layout.volume_file(volume.volume_id)
             try:
-                self.system.pool.create(path, size)
+                if source_file is None:
+                    self.system.pool.create(path, size)
+                else:
+                    self._copy_from_source(content_source, source_file, path, size)
             except NoSpace as e:
                 raise NoCapacity(f"the pool has no room for {size} bytes: {e}") from e
             raced = self.store.insert_volume_unless_named(volume)
@@ -159,6 +185,38 @@ class ControllerService:
                 fs_type or "block",
             )
             return self.created(volume)
+
+    def _content_source(self, source: ContentSource, fs_type: str) -> tuple[Path, int]:
+        """The file to copy from and its size; NOT_FOUND when the source is gone."""
+        if source.kind == "snapshot":
+            snap = (
+                self.store.get_snapshot(source.source_id)
+                if is_snapshot_id(source.source_id)
+                else None
+            )
+            if snap is None:
+                raise SnapshotNotFound(f"source snapshot {source.source_id!r} does not exist")
+            return self.layout.snapshot_file(snap.snapshot_id), snap.size_bytes
+        volume = self._require_volume(source.source_id)
+        if volume.fs_type and fs_type and volume.fs_type != fs_type:
+            raise Unsupported(
+                f"source volume {volume.volume_id} holds {volume.fs_type}; a clone can't be "
+                f"{fs_type}"
+            )
+        return self.layout.volume_file(volume.volume_id), volume.capacity_bytes
+
+    def _copy_from_source(
+        self, source: ContentSource | None, source_file: Path, dest: Path, size: int
+    ) -> None:
+        if not source_file.exists():
+            raise VolumeNotFound(f"the backing file of the source {source_file.name} is missing")
+        if source is not None and source.kind == "volume":
+            with self.consistency(source.source_id):
+                self.system.pool.copy_sparse(source_file, dest)
+        else:
+            self.system.pool.copy_sparse(source_file, dest)
+        # The filesystem inside grows to the new size on its next stage.
+        self.system.pool.grow(dest, size)
 
     @staticmethod
     def _check_same(
@@ -221,8 +279,14 @@ class ControllerService:
                 return False, f"volume {volume_id} holds {volume.fs_type}, not {cap.fs_type}"
         return True, ""
 
-    def get_capacity(self) -> tuple[int, int]:
-        """(available bytes, maximum volume size) of the pool."""
+    def get_capacity(self, topology: Mapping[str, str] | None = None) -> tuple[int, int]:
+        """(available bytes, maximum volume size) of the pool, for a topology segment."""
+        if (
+            topology
+            and self.config.pool_scope == PoolScope.LOCAL
+            and dict(topology) != {self.config.topology_key: self.config.node_id}
+        ):
+            return 0, 0  # this pool can't place volumes in another node's segment
         free = self.system.pool.free_bytes()
         maximum = min(free, self.config.max_volume_size) if self.config.max_volume_size else free
         return free, maximum
@@ -235,6 +299,136 @@ class ControllerService:
         for p in self.store.publications():
             holders.setdefault(p.volume_id, []).append(p.node_id)
         return [ListedVolume(v, holders.get(v.volume_id, [])) for v in volumes], next_token
+
+    # ----- snapshots -----
+    def create_snapshot(self, source_volume_id: str, name: str) -> Snapshot:
+        if not name:
+            raise InvalidRequest("name is required")
+        if not source_volume_id:
+            raise InvalidRequest("source_volume_id is required")
+        with self.inflight.hold(f"snapshot:{name}", "CreateSnapshot"):
+            existing = self.store.get_snapshot_by_name(name)
+            if existing is not None:
+                if existing.source_volume_id != source_volume_id:
+                    raise Incompatible(
+                        f"a snapshot named {name!r} already exists ({existing.snapshot_id}) of "
+                        f"volume {existing.source_volume_id}, not {source_volume_id}"
+                    )
+                return existing
+            volume = self._require_volume(source_volume_id)
+            source = self.layout.volume_file(volume.volume_id)
+            if not source.exists():
+                raise VolumeNotFound(f"volume {volume.volume_id} has lost its backing file")
+            snapshot = Snapshot(
+                snapshot_id=new_snapshot_id(),
+                name=name,
+                source_volume_id=volume.volume_id,
+                size_bytes=volume.capacity_bytes,
+                created_at=time.time(),
+            )
+            dest = self.layout.snapshot_file(snapshot.snapshot_id)
+            try:
+                with self.consistency(volume.volume_id):
+                    self.system.pool.copy_sparse(source, dest)
+            except NoSpace as e:
+                raise NoCapacity(f"the pool has no room for the snapshot's data: {e}") from e
+            raced = self.store.insert_snapshot_unless_named(snapshot)
+            if raced is not None:
+                self.system.pool.remove(dest)
+                return raced
+            log.info(
+                "created snapshot %s of %s (%d bytes allocated)",
+                snapshot.snapshot_id,
+                volume.volume_id,
+                self.system.pool.allocated(dest),
+            )
+            return snapshot
+
+    def delete_snapshot(self, snapshot_id: str) -> None:
+        if not snapshot_id:
+            raise InvalidRequest("snapshot_id is required")
+        if not is_snapshot_id(snapshot_id):
+            return
+        with self.inflight.hold(snapshot_id, "DeleteSnapshot"):
+            self.system.pool.remove(self.layout.snapshot_file(snapshot_id))
+            self.store.delete_snapshot(snapshot_id)
+
+    def list_snapshots(
+        self, starting_token: str, max_entries: int, snapshot_id: str, source_volume_id: str
+    ) -> tuple[list[Snapshot], str]:
+        if max_entries < 0:
+            raise InvalidRequest("max_entries must not be negative")
+        if (snapshot_id and not is_snapshot_id(snapshot_id)) or (
+            source_volume_id and not is_volume_id(source_volume_id)
+        ):
+            return [], ""  # an ID this driver never issued matches nothing
+        return self.store.list_snapshots(
+            starting_token, max_entries, snapshot_id=snapshot_id, source=source_volume_id
+        )
+
+    def get_snapshot(self, snapshot_id: str) -> Snapshot:
+        if not snapshot_id:
+            raise InvalidRequest("snapshot_id is required")
+        snap = self.store.get_snapshot(snapshot_id) if is_snapshot_id(snapshot_id) else None
+        if snap is None:
+            raise SnapshotNotFound(f"snapshot {snapshot_id!r} does not exist")
+        return snap
+
+    # ----- expansion and health -----
+    def expand_volume(
+        self, volume_id: str, required_bytes: int, limit_bytes: int
+    ) -> tuple[int, bool]:
+        """Grow the backing file; (new capacity, whether the node must follow up)."""
+        if not volume_id:
+            raise InvalidRequest("volume_id is required")
+        volume = self._require_volume(volume_id)
+        if required_bytes <= 0 and limit_bytes <= 0:
+            raise InvalidRequest("capacity_range with required_bytes is required")
+        with self.inflight.hold(volume_id, "ControllerExpandVolume"):
+            volume = self._require_volume(volume_id)
+            if required_bytes and required_bytes <= volume.capacity_bytes:
+                # Never a shrink: the volume already satisfies the request.
+                return volume.capacity_bytes, False
+            size = access.round_capacity(
+                required_bytes, limit_bytes, volume.fs_type, self.config.max_volume_size
+            )
+            path = self.layout.volume_file(volume_id)
+            grow_by = size - (self.system.pool.size(path) or 0)
+            if grow_by > self.system.pool.free_bytes():
+                raise NoCapacity(f"the pool has less than the {grow_by} bytes this growth needs")
+            self.system.pool.grow(path, size)
+            self.store.set_capacity(volume_id, size)
+            log.info("expanded %s from %d to %d bytes", volume_id, volume.capacity_bytes, size)
+            # The node must refresh the loop device's size, and grow the filesystem on it.
+            return size, True
+
+    def condition(self, volume: Volume) -> tuple[bool, str]:
+        """(abnormal, message) for the volume's backing store."""
+        path = self.layout.volume_file(volume.volume_id)
+        size = self.system.pool.size(path)
+        if size is None:
+            return True, (
+                f"the backing file {path} is missing: the volume's data is gone; restore it "
+                "from a snapshot or delete the volume"
+            )
+        if size != volume.capacity_bytes:
+            return True, (
+                f"the backing file is {size} bytes, but the volume should have "
+                f"{volume.capacity_bytes}; it was changed outside the driver"
+            )
+        if self.system.pool.free_bytes() == 0:
+            return True, (
+                f"the pool {self.layout.root} is full: writes into unallocated parts of this "
+                "thin volume will fail; free space in the pool"
+            )
+        return False, "backing file present, size as recorded"
+
+    def get_volume(self, volume_id: str) -> ListedVolume:
+        if not volume_id:
+            raise InvalidRequest("volume_id is required")
+        volume = self._require_volume(volume_id)
+        holders = [p.node_id for p in self.store.publications(volume_id=volume_id)]
+        return ListedVolume(volume, holders)
 
     # ----- the ledger -----
     def publish(
@@ -305,7 +499,18 @@ class ControllerService:
         sync_lease(self.store, self.layout, volume_id)
 
     def reconcile(self) -> None:
-        """Make every lease file say what the ledger says; the ledger is the truth."""
+        """Make every lease file say what the ledger says; the ledger is the truth. Remove
+        backing files no record claims (a crash between the copy and the commit)."""
+        known = {v.volume_id for v in self.store.all_volumes()}
+        for path in sorted(self.layout.volumes.glob("vol-*.img")):
+            if path.stem not in known:
+                log.warning("repair: removing %s, which no volume record claims", path)
+                self.system.pool.remove(path)
+        snaps = {s.snapshot_id for s in self.store.list_snapshots("", 0)[0]}
+        for path in sorted(self.layout.snapshots.glob("snap-*.img")):
+            if path.stem not in snaps:
+                log.warning("repair: removing %s, which no snapshot record claims", path)
+                self.system.pool.remove(path)
         for volume in self.store.all_volumes():
             lease = self.layout.read_lease(volume.volume_id)
             holders = {

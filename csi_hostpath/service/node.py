@@ -7,21 +7,26 @@ node's store is the truth for what should be. `reconcile` repairs the difference
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
 from csi_hostpath.config import Config, PoolScope
 from csi_hostpath.core import access, ledger
 from csi_hostpath.core.errors import (
+    CapacityOutOfRange,
     GenerationRevoked,
     Incompatible,
     InvalidRequest,
     NotStaged,
+    OnlineResizeUnavailable,
     PublishedElsewhere,
     VolumeNotFound,
     WrongAccessForVolume,
@@ -38,7 +43,7 @@ from csi_hostpath.service.controller import FS_TYPE_KEY, GENERATION_KEY
 from csi_hostpath.service.guard import InFlight
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout
-from csi_hostpath.system.base import FsStats, LoopDevice, System
+from csi_hostpath.system.base import CommandError, FsStats, LoopDevice, System
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +59,40 @@ class VolumeStats:
     used_inodes: int = 0
     abnormal: bool = False
     message: str = ""
+
+
+EPHEMERAL_KEY = "csi.storage.k8s.io/ephemeral"
+EPHEMERAL_DEFAULT_SIZE = 100 * access.MiB
+_SIZE = re.compile(r"(\d+)(Ki|Mi|Gi|Ti|K|M|G|T)?")
+_UNITS = {
+    None: 1,
+    "K": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "Ki": 1 << 10,
+    "Mi": 1 << 20,
+    "Gi": 1 << 30,
+    "Ti": 1 << 40,
+}
+# A grown device and its filesystem may differ by less than this without a grow: filesystems
+# round their size down to whole blocks and allocation groups.
+GROW_SLACK = 1 * access.MiB
+
+
+def parse_size(text: str) -> int:
+    """Kubernetes quantities as volume attributes use them: "100Mi", "1Gi", "5000000"."""
+    match = _SIZE.fullmatch(text.strip())
+    if match is None:
+        raise InvalidRequest(f"size {text[:40]!r} is not a quantity like 100Mi or 1Gi")
+    return int(match.group(1)) * _UNITS[match.group(2)]
+
+
+def ephemeral_volume_id(node_id: str, kubelet_volume_id: str) -> str:
+    """Kubelet names inline ephemeral volumes itself ("csi-<hash>"); the driver keys them by an
+    ID of its own pattern, derived so that NodeUnpublish finds the same one."""
+    digest = hashlib.sha256(f"{node_id}\0{kubelet_volume_id}".encode()).hexdigest()
+    return f"vol-{digest[:32]}"
 
 
 def check_path(path: str, what: str) -> str:
@@ -75,6 +114,9 @@ class NodeService:
         self.inflight = InFlight()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # Inline ephemeral volumes belong to this node alone, so they live in its state
+        # directory, where no controller's reconcile can mistake them for orphans.
+        self.ephemeral_dir = config.state_dir / "ephemeral"
 
     # ----- helpers -----
     def _backing_file(self, volume_id: str) -> Path:
@@ -84,6 +126,43 @@ class NodeService:
         if not path.exists():
             raise VolumeNotFound(f"volume {volume_id} has no backing file in {self.layout.volumes}")
         return path
+
+    def _is_ephemeral(self, staging_path: str) -> bool:
+        return staging_path.startswith(str(self.ephemeral_dir) + "/")
+
+    def _backing_for(self, s: NodeStaging) -> Path:
+        if self._is_ephemeral(s.staging_path):
+            return self.ephemeral_dir / f"{s.volume_id}.img"
+        return self.layout.volume_file(s.volume_id)
+
+    def _resolve(self, volume_id: str) -> str | None:
+        """Our volume ID for a CO-given one: itself, or the ID of an inline ephemeral volume."""
+        if is_volume_id(volume_id):
+            return volume_id
+        if len(volume_id.encode()) > 1024 or "\x00" in volume_id:
+            return None
+        internal = ephemeral_volume_id(self.node_id, volume_id)
+        staged = self.store.get_staging(internal)
+        return internal if staged is not None and self._is_ephemeral(staged.staging_path) else None
+
+    @contextmanager
+    def frozen(self, volume_id: str) -> Iterator[None]:
+        """Hold the volume's filesystem frozen (if it is mounted here) so a copy of its backing
+        file is consistent: every write acknowledged before the freeze is in the copy."""
+        staged = self.store.get_staging(volume_id)
+        if (
+            staged is None
+            or staged.access_type != AccessType.MOUNT
+            or self.system.mounts.find(staged.staging_path) is None
+        ):
+            yield
+            return
+        with self.inflight.hold(volume_id, "snapshot freeze"):
+            self.system.fs.freeze(staged.staging_path)
+            try:
+                yield
+            finally:
+                self.system.fs.thaw(staged.staging_path)
 
     def _generation(self, volume_id: str, publish_context: Mapping[str, str]) -> int:
         """Check the fencing token the CO hands us against the lease the controller wrote."""
@@ -105,7 +184,11 @@ class NodeService:
         return generation
 
     def _attach(self, volume_id: str, backing: Path) -> LoopDevice:
-        return self.system.loop.attach(backing, loop_tag(self.node_id, volume_id))
+        device = self.system.loop.attach(backing, loop_tag(self.node_id, volume_id))
+        if device.size_bytes < (self.system.pool.size(backing) or 0):
+            # Attached before the backing file grew: make the device see the new size.
+            self.system.loop.refresh_capacity(device.path)
+        return device
 
     # ----- stage -----
     def stage(
@@ -171,6 +254,7 @@ class NodeService:
                 return
             raise Incompatible(f"{staging_path} already has {mounted.source} mounted on it")
         found = self.system.fs.probe(device)
+        grow = False
         if found is None:
             log.info("formatting %s (%s) as %s", volume_id, device, fs_type)
             self.system.fs.mkfs(device, fs_type)
@@ -179,12 +263,23 @@ class NodeService:
                 f"volume {volume_id} already holds a {found} filesystem; it can't be staged as "
                 f"{fs_type}"
             )
+        else:
+            # Restored into a larger volume, or expanded while unstaged: grow to the device.
+            fs_size = self.system.fs.size(device) or 0
+            grow = self.system.devices.size(device) - fs_size >= GROW_SLACK
+            if grow and fs_type == "ext4":
+                log.info("growing the ext4 of %s to its device before mounting", volume_id)
+                self.system.fs.grow_offline(device, fs_type)
+                grow = False
         options = list(cap.mount_flags)
         if cap.access_mode in access.READER_ONLY_MODES:
             options.append("ro")
         if not os.path.isdir(staging_path):
             os.makedirs(staging_path, exist_ok=True)
         self.system.mounts.mount(device, staging_path, fs_type, options)
+        if grow:
+            log.info("growing the %s of %s to its device", fs_type, volume_id)
+            self.system.fs.grow(device, staging_path, fs_type)
 
     def unstage(self, volume_id: str, staging_path: str) -> None:
         if not volume_id:
@@ -194,15 +289,13 @@ class NodeService:
             return
         with self.inflight.hold(volume_id, "NodeUnstageVolume"):
             record = self.store.get_staging(volume_id)
-            mounted = self.system.mounts.find(staging_path)
-            tag = loop_tag(self.node_id, volume_id)
-            device = self.system.loop.find(tag)
-            if mounted is not None and (device is None or mounted.source == device.path):
-                self.system.mounts.unmount(staging_path)
-            if device is not None:
-                self.system.loop.detach(device.path)
-            if record is not None:
-                self.store.delete_staging(volume_id)
+            self._teardown(
+                record
+                if record is not None and record.staging_path == staging_path
+                else NodeStaging(
+                    volume_id, staging_path, AccessType.MOUNT, AccessMode.UNKNOWN, "", "", 0, 0.0
+                )
+            )
             log.info("unstaged %s from %s", volume_id, staging_path)
 
     # ----- publish -----
@@ -213,59 +306,122 @@ class NodeService:
         target_path: str,
         cap: Capability,
         readonly: bool,
+        volume_context: Mapping[str, str] | None = None,
     ) -> None:
         if not volume_id:
             raise InvalidRequest("volume_id is required")
         target_path = check_path(target_path, "target_path")
         access.check_capability(cap)
+        if (volume_context or {}).get(EPHEMERAL_KEY) == "true":
+            self._publish_ephemeral(volume_id, target_path, cap, readonly, volume_context or {})
+            return
         if not staging_path:
             raise NotStaged(
                 "staging_target_path is required: this plugin advertises STAGE_UNSTAGE_VOLUME"
             )
         staging_path = check_path(staging_path, "staging_target_path")
-        ro = access.effective_readonly(cap.access_mode, readonly)
         with self.inflight.hold(volume_id, "NodePublishVolume"):
             self._backing_file(volume_id)
             staged = self.store.get_staging(volume_id)
             if staged is None or staged.staging_path != staging_path:
                 raise NotStaged(f"volume {volume_id} is not staged at {staging_path}")
-            if staged.access_type != cap.access_type:
-                raise WrongAccessForVolume(
-                    f"volume {volume_id} is staged for {staged.access_type.value} access, not "
-                    f"{cap.access_type.value}"
-                )
-            existing = self.store.get_node_publication(target_path)
-            if existing is not None:
-                same = (
-                    existing.volume_id,
-                    existing.readonly,
-                    existing.access_mode,
-                    existing.access_type,
-                    existing.mount_flags,
-                ) == (volume_id, ro, cap.access_mode, cap.access_type, cap.mount_flags)
-                if not same:
-                    raise Incompatible(
-                        f"{target_path} is already published for {existing.volume_id} with "
-                        f"{'ro' if existing.readonly else 'rw'} {existing.access_mode.name}"
-                    )
-            others = [
-                p for p in self.store.node_publications(volume_id) if p.target_path != target_path
-            ]
-            if others and AccessMode.SINGLE_NODE_SINGLE_WRITER in (
-                cap.access_mode,
-                *(p.access_mode for p in others),
-            ):
-                raise PublishedElsewhere(
-                    f"volume {volume_id} is SINGLE_NODE_SINGLE_WRITER (ReadWriteOncePod) and is "
-                    f"already published at {others[0].target_path}"
-                )
-            self._bind_target(volume_id, staged, target_path, ro)
-            self.store.save_node_publication(
-                NodePublication(
-                    volume_id, target_path, ro, cap.access_mode, cap.access_type, cap.mount_flags
-                )
+            self._publish_staged(volume_id, staged, target_path, cap, readonly)
+
+    def _publish_staged(
+        self,
+        volume_id: str,
+        staged: NodeStaging,
+        target_path: str,
+        cap: Capability,
+        readonly: bool,
+    ) -> None:
+        ro = access.effective_readonly(cap.access_mode, readonly)
+        if staged.access_type != cap.access_type:
+            raise WrongAccessForVolume(
+                f"volume {volume_id} is staged for {staged.access_type.value} access, not "
+                f"{cap.access_type.value}"
             )
-            log.info("published %s at %s (%s)", volume_id, target_path, "ro" if ro else "rw")
+        existing = self.store.get_node_publication(target_path)
+        if existing is not None:
+            same = (
+                existing.volume_id,
+                existing.readonly,
+                existing.access_mode,
+                existing.access_type,
+                existing.mount_flags,
+            ) == (volume_id, ro, cap.access_mode, cap.access_type, cap.mount_flags)
+            if not same:
+                raise Incompatible(
+                    f"{target_path} is already published for {existing.volume_id} with "
+                    f"{'ro' if existing.readonly else 'rw'} {existing.access_mode.name}"
+                )
+        others = [
+            p for p in self.store.node_publications(volume_id) if p.target_path != target_path
+        ]
+        if others and AccessMode.SINGLE_NODE_SINGLE_WRITER in (
+            cap.access_mode,
+            *(p.access_mode for p in others),
+        ):
+            raise PublishedElsewhere(
+                f"volume {volume_id} is SINGLE_NODE_SINGLE_WRITER (ReadWriteOncePod) and is "
+                f"already published at {others[0].target_path}"
+            )
+        self._bind_target(volume_id, staged, target_path, ro)
+        self.store.save_node_publication(
+            NodePublication(
+                volume_id, target_path, ro, cap.access_mode, cap.access_type, cap.mount_flags
+            )
+        )
+        log.info("published %s at %s (%s)", volume_id, target_path, "ro" if ro else "rw")
+
+    def _publish_ephemeral(
+        self,
+        kubelet_volume_id: str,
+        target_path: str,
+        cap: Capability,
+        readonly: bool,
+        volume_context: Mapping[str, str],
+    ) -> None:
+        """An inline ephemeral volume lives and dies with its pod: create, format and mount it
+        here, with no controller and no ledger (it is never shared)."""
+        if cap.access_type != AccessType.MOUNT:
+            raise InvalidRequest("inline ephemeral volumes are filesystem volumes only")
+        if len(kubelet_volume_id.encode()) > 1024 or "\x00" in kubelet_volume_id:
+            raise InvalidRequest("volume_id is not a valid inline volume name")
+        volume_id = ephemeral_volume_id(self.node_id, kubelet_volume_id)
+        fs_type = cap.fs_type or volume_context.get("fsType", "") or access.DEFAULT_FS_TYPE
+        if fs_type not in access.SUPPORTED_FS_TYPES:
+            raise InvalidRequest(f"fs_type {fs_type!r} is not supported")
+        wanted = volume_context.get("size", "")
+        size = parse_size(wanted) if wanted else EPHEMERAL_DEFAULT_SIZE
+        size = access.round_capacity(size, 0, fs_type, self.config.max_volume_size)
+        with self.inflight.hold(volume_id, "NodePublishVolume (ephemeral)"):
+            self.ephemeral_dir.mkdir(parents=True, exist_ok=True)
+            backing = self.ephemeral_dir / f"{volume_id}.img"
+            staging = str(self.ephemeral_dir / f"{volume_id}.mnt")
+            staged = self.store.get_staging(volume_id)
+            if staged is None:
+                existing = self.system.pool.size(backing)
+                if existing is not None and existing != size:
+                    raise Incompatible(
+                        f"inline volume {kubelet_volume_id} exists with {existing} bytes"
+                    )
+                self.system.pool.create(backing, size)
+                device = self._attach(volume_id, backing)
+                self._mount_staging(volume_id, device.path, staging, fs_type, cap)
+                staged = NodeStaging(
+                    volume_id,
+                    staging,
+                    AccessType.MOUNT,
+                    cap.access_mode,
+                    fs_type,
+                    device.path,
+                    0,
+                    time.time(),
+                )
+                self.store.save_staging(staged)
+                log.info("created inline ephemeral volume %s as %s", kubelet_volume_id, volume_id)
+            self._publish_staged(volume_id, staged, target_path, cap, readonly)
 
     def _bind_target(
         self, volume_id: str, staged: NodeStaging, target_path: str, readonly: bool
@@ -294,17 +450,40 @@ class NodeService:
         if not volume_id:
             raise InvalidRequest("volume_id is required")
         target_path = check_path(target_path, "target_path")
-        if not is_volume_id(volume_id):
-            return
-        with self.inflight.hold(volume_id, "NodeUnpublishVolume"):
+        resolved = self._resolve(volume_id)
+        if resolved is None:
+            return  # never ours, or an inline volume already gone
+        with self.inflight.hold(resolved, "NodeUnpublishVolume"):
             record = self.store.get_node_publication(target_path)
-            if record is not None and record.volume_id != volume_id:
+            if record is not None and record.volume_id != resolved:
                 raise Incompatible(f"{target_path} belongs to volume {record.volume_id}")
             self.system.mounts.unmount(target_path)
             self._remove_target(target_path)
             if record is not None:
                 self.store.delete_node_publication(target_path)
             log.info("unpublished %s from %s", volume_id, target_path)
+            staged = self.store.get_staging(resolved)
+            if (
+                staged is not None
+                and self._is_ephemeral(staged.staging_path)
+                and not self.store.node_publications(resolved)
+            ):
+                self._teardown(staged)
+                self.system.pool.remove(self._backing_for(staged))
+                log.info("deleted inline ephemeral volume %s (%s)", volume_id, resolved)
+
+    def _teardown(self, staged: NodeStaging) -> None:
+        """Unmount the staging path, detach the loop device, forget the staging record."""
+        mounted = self.system.mounts.find(staged.staging_path)
+        device = self.system.loop.find(loop_tag(self.node_id, staged.volume_id))
+        if mounted is not None and (device is None or mounted.source == device.path):
+            self.system.mounts.unmount(staged.staging_path)
+        if device is not None:
+            self.system.loop.detach(device.path)
+        if self._is_ephemeral(staged.staging_path):
+            with suppress(OSError):
+                os.rmdir(staged.staging_path)
+        self.store.delete_staging(staged.volume_id)
 
     def _remove_target(self, target_path: str) -> None:
         # Only what this plugin created: an empty directory or an empty placeholder file.
@@ -320,52 +499,98 @@ class NodeService:
         except OSError as e:
             log.warning("left %s in place: %s", target_path, e)
 
+    # ----- expansion -----
+    def expand(self, volume_id: str, volume_path: str, required_bytes: int) -> int:
+        """Make the loop device and the filesystem on it follow a grown backing file."""
+        if not volume_id:
+            raise InvalidRequest("volume_id is required")
+        if not volume_path:
+            raise InvalidRequest("volume_path is required")
+        staged, _ = self._staged_at(volume_id, volume_path)
+        with self.inflight.hold(staged.volume_id, "NodeExpandVolume"):
+            device = self.system.loop.find(loop_tag(self.node_id, staged.volume_id))
+            if device is None:
+                raise NotStaged(f"volume {volume_id} has no loop device here; stage it again")
+            self.system.loop.refresh_capacity(device.path)
+            size = self.system.devices.size(device.path)
+            if required_bytes and size < required_bytes:
+                raise CapacityOutOfRange(
+                    f"the backing file holds {size} bytes, less than the {required_bytes} "
+                    "asked for; expand the volume through the controller first"
+                )
+            if staged.access_type == AccessType.MOUNT:
+                try:
+                    self.system.fs.grow(device.path, staged.staging_path, staged.fs_type)
+                except CommandError as e:
+                    if staged.fs_type == "ext4" and "ermission denied" in e.stderr:
+                        raise OnlineResizeUnavailable(
+                            f"online ext4 resize of {volume_id} was refused (the plugin lacks "
+                            "CAP_SYS_RESOURCE); the filesystem grows to the new size on its "
+                            "next stage"
+                        ) from e
+                    raise
+            log.info("expanded %s on this node to %d bytes", volume_id, size)
+            return size
+
     # ----- stats and info -----
+    def _staged_at(self, volume_id: str, volume_path: str) -> tuple[NodeStaging, str]:
+        """The staging record of a volume published or staged at volume_path, or NOT_FOUND."""
+        resolved = self._resolve(volume_id)
+        if resolved is None:
+            raise VolumeNotFound(f"volume {volume_id[:200]!r} does not exist")
+        path = os.path.normpath(volume_path)
+        staged = self.store.get_staging(resolved)
+        targets = {p.target_path for p in self.store.node_publications(resolved)}
+        if staged is None or (path != staged.staging_path and path not in targets):
+            raise VolumeNotFound(f"volume {volume_id} is not staged or published at {volume_path}")
+        return staged, path
+
     def stats(self, volume_id: str, volume_path: str) -> VolumeStats:
         if not volume_id:
             raise InvalidRequest("volume_id is required")
         if not volume_path:
             raise InvalidRequest("volume_path is required")
-        if not is_volume_id(volume_id):
-            raise VolumeNotFound(f"volume {volume_id[:200]!r} does not exist")
-        path = os.path.normpath(volume_path)
-        staged = self.store.get_staging(volume_id)
-        targets = {p.target_path: p for p in self.store.node_publications(volume_id)}
-        if staged is None or (path != staged.staging_path and path not in targets):
-            if not self.layout.volume_file(volume_id).exists():
-                raise VolumeNotFound(f"volume {volume_id} does not exist")
-            raise VolumeNotFound(f"volume {volume_id} is not staged or published at {volume_path}")
-        if not self.layout.volume_file(volume_id).exists():
+        staged, path = self._staged_at(volume_id, volume_path)
+        kind = staged.access_type
+        if not self._backing_for(staged).exists():
             return VolumeStats(
-                staged.access_type,
-                0,
-                0,
-                0,
-                abnormal=True,
-                message=f"the backing file of {volume_id} is missing from the pool",
-            )
+                kind, 0, 0, 0, abnormal=True,
+                message=f"the backing file of {volume_id} is missing from the pool: its data "
+                "is gone unless a snapshot exists",
+            )  # fmt: skip
         if self.system.mounts.find(path) is None:
             return VolumeStats(
-                staged.access_type,
-                0,
-                0,
-                0,
-                abnormal=True,
-                message=f"{path} is not mounted; unpublish and publish again",
+                kind, 0, 0, 0, abnormal=True,
+                message=f"{path} is not mounted any more; unpublish and publish it again",
+            )  # fmt: skip
+        device = self.system.loop.find(loop_tag(self.node_id, staged.volume_id))
+        if device is None:
+            return VolumeStats(
+                kind, 0, 0, 0, abnormal=True,
+                message=f"volume {volume_id} has no loop device on this node; stage it again",
+            )  # fmt: skip
+        problem = ""
+        if device.read_only and not access.effective_readonly(staged.access_mode, False):
+            problem = f"{device.path} is read-only, though the volume is read-write"
+        elif kind == AccessType.MOUNT and (errs := self.system.fs.error_count(device.path)):
+            problem = (
+                f"the kernel recorded {errs} {staged.fs_type} error(s) on {device.path}; "
+                "unstage it and run fsck"
             )
-        if staged.access_type == AccessType.BLOCK:
-            device = self.system.loop.find(loop_tag(self.node_id, volume_id))
-            size = self.system.devices.size(device.path) if device else 0
-            return VolumeStats(AccessType.BLOCK, size, 0, 0)
+        if kind == AccessType.BLOCK:
+            size = self.system.devices.size(device.path)
+            return VolumeStats(kind, size, 0, 0, abnormal=bool(problem), message=problem)
         s: FsStats = self.system.fs.stats(path)
         return VolumeStats(
-            AccessType.MOUNT,
+            kind,
             s.total_bytes,
             s.available_bytes,
             s.used_bytes,
             s.total_inodes,
             s.free_inodes,
             s.used_inodes,
+            abnormal=bool(problem),
+            message=problem,
         )
 
     def accessible_topology(self) -> dict[str, str]:
@@ -409,7 +634,7 @@ class NodeService:
                 self._drop_untracked(vid, device)
 
     def _repair_staging(self, s: NodeStaging) -> None:
-        backing = self.layout.volume_file(s.volume_id)
+        backing = self._backing_for(s)
         if not backing.exists():
             log.warning(
                 "volume %s is staged but its backing file is gone; leaving it for NodeUnstage",

@@ -316,6 +316,10 @@ class Store:
             )
             return None
 
+    def get_snapshot_by_name(self, name: str) -> Snapshot | None:
+        rows = self._read("SELECT * FROM snapshots WHERE name=?", (name,))
+        return _snapshot(rows[0]) if rows else None
+
     def get_snapshot(self, snapshot_id: str) -> Snapshot | None:
         rows = self._read("SELECT * FROM snapshots WHERE snapshot_id=?", (snapshot_id,))
         return _snapshot(rows[0]) if rows else None

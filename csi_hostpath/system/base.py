@@ -136,6 +136,18 @@ class Fs(Protocol):
 
     def stats(self, path: str) -> FsStats: ...
 
+    def size(self, device: str) -> int | None:
+        """The filesystem's own size in bytes, read from its superblock (unmounted device);
+        None if the device holds no ext4 or xfs filesystem."""
+
+    def grow_offline(self, device: str, fs_type: str) -> None:
+        """Grow an unmounted ext4 to fill its device (e2fsck -f, then resize2fs). Needs no
+        CAP_SYS_RESOURCE, unlike the online resize."""
+
+    def error_count(self, device: str) -> int:
+        """Errors the kernel has recorded for the mounted filesystem on device (ext4's
+        errors_count); 0 where the filesystem keeps no count."""
+
     def shutdown(self, mount_point: str) -> None:
         """FS_IOC_SHUTDOWN with NOSYNC: every later write fails with EIO at once."""
 

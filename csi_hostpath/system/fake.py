@@ -392,6 +392,29 @@ class FakeFs:
                 raise CommandError(argv, 1, "", f"no {fs_type} filesystem to grow there")
             self._kernel.write_fs(found, _FsHeader(fs_type, found.size_bytes))
 
+    def size(self, device: str) -> int | None:
+        with self._kernel.lock:
+            found = self._kernel.device(device)
+            if found is None:
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), device)
+            header = self._kernel.read_fs(found)
+            return None if header is None else header.size_bytes
+
+    def grow_offline(self, device: str, fs_type: str) -> None:
+        if fs_type != "ext4":
+            raise ValueError(f"offline grow is for ext4 only, not {fs_type!r}")
+        with self._kernel.lock:
+            found = self._kernel.device(device)
+            header = None if found is None else self._kernel.read_fs(found)
+            if found is None or header is None or header.fs_type != "ext4":
+                raise CommandError(["resize2fs", device], 1, "", "no ext4 filesystem there")
+            if self._kernel.in_use(found):
+                raise CommandError(["e2fsck", "-f", "-p", device], 8, "", f"{device} is mounted")
+            self._kernel.write_fs(found, _FsHeader("ext4", found.size_bytes))
+
+    def error_count(self, device: str) -> int:
+        return 0
+
     def stats(self, path: str) -> FsStats:
         with self._kernel.lock:
             mount = self._kernel.containing(os.path.realpath(path))

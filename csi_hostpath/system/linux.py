@@ -127,6 +127,10 @@ def _read_sys(path: str) -> str | None:
 # --- pool ----------------------------------------------------------------------------------------
 
 
+_EXT4_SB_OFFSET = 1024
+_EXT4_SB_SIZE = 1024
+
+
 class LinuxPool:
     """Sparse backing files. Every change is fsynced with its directory, so it survives a crash."""
 
@@ -628,6 +632,38 @@ class LinuxFs:
             run(["xfs_growfs", mount_point], timeout=_FS_TOOL_TIMEOUT)
         else:
             raise ValueError(f"unsupported filesystem type {fs_type!r}")
+
+    def size(self, device: str) -> int | None:
+        with open(device, "rb") as f:
+            head = f.read(_EXT4_SB_OFFSET + _EXT4_SB_SIZE)
+        if len(head) >= _EXT4_SB_OFFSET + _EXT4_SB_SIZE:
+            sb = head[_EXT4_SB_OFFSET:]
+            if sb[0x38:0x3A] == b"\x53\xef":  # the ext2/3/4 magic, little-endian 0xEF53
+                (blocks_lo,) = struct.unpack_from("<I", sb, 0x04)
+                (log_block_size,) = struct.unpack_from("<I", sb, 0x18)
+                (incompat,) = struct.unpack_from("<I", sb, 0x60)
+                blocks_hi = struct.unpack_from("<I", sb, 0x150)[0] if incompat & 0x80 else 0
+                return int(((blocks_hi << 32) | blocks_lo) * (1024 << log_block_size))
+        if head[:4] == b"XFSB":
+            (block_size,) = struct.unpack_from(">I", head, 4)
+            (data_blocks,) = struct.unpack_from(">Q", head, 8)
+            return int(block_size * data_blocks)
+        return None
+
+    def grow_offline(self, device: str, fs_type: str) -> None:
+        if fs_type != "ext4":
+            raise ValueError(f"offline grow is for ext4 only, not {fs_type!r}")
+        try:
+            # -p repairs only what is safe without asking; resize2fs refuses an unchecked fs.
+            run(["e2fsck", "-f", "-p", device], timeout=_FS_TOOL_TIMEOUT)
+        except CommandError as exc:
+            if exc.returncode not in (1, 2):  # 1 and 2: errors corrected
+                raise
+        run(["resize2fs", device], timeout=_FS_TOOL_TIMEOUT)
+
+    def error_count(self, device: str) -> int:
+        raw = _read_sys(f"/sys/fs/ext4/{os.path.basename(device)}/errors_count")
+        return int(raw) if raw and raw.isdigit() else 0
 
     def stats(self, path: str) -> FsStats:
         st = os.statvfs(path)
