@@ -1,0 +1,115 @@
+{{/*
+Names. Object names are capped at 52 characters so that a suffix such as "-controller" still
+fits the 63 characters of a label value.
+*/}}
+{{- define "csi-hostpath.name" -}}
+{{- .Values.nameOverride | default .Chart.Name | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "csi-hostpath.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "csi-hostpath.name" . -}}
+{{- if eq .Release.Name $name -}}
+{{- $name -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels every object carries. */}}
+{{- define "csi-hostpath.labels" -}}
+app.kubernetes.io/name: {{ include "csi-hostpath.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* Selector labels of one component: call with (list $ "controller"). */}}
+{{- define "csi-hostpath.selectorLabels" -}}
+{{- $root := index . 0 -}}
+app.kubernetes.io/name: {{ include "csi-hostpath.name" $root }}
+app.kubernetes.io/instance: {{ $root.Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{/*
+An image reference. The schema already refuses an empty tag and `latest`; this check repeats it
+so that a schema skipped with --skip-schema-validation still cannot deploy an unpinned image.
+*/}}
+{{- define "csi-hostpath.image" -}}
+{{- $tag := toString .tag -}}
+{{- if or (eq $tag "") (eq $tag "latest") -}}
+{{- fail (printf "image %s must be pinned to a tag (got %q)" .repository $tag) -}}
+{{- end -}}
+{{- printf "%s:%s" .repository $tag -}}
+{{- end -}}
+
+{{/*
+"true" when snapshot support is rendered: asked for AND served by the cluster. Without the API the
+snapshotter sidecar would only log errors, and a VolumeSnapshotClass would fail to install.
+*/}}
+{{- define "csi-hostpath.snapshotsEnabled" -}}
+{{- if and .Values.snapshots.enabled (.Capabilities.APIVersions.Has "snapshot.storage.k8s.io/v1") -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/*
+Sockets. Inside every pod the driver listens on /csi/csi.sock. In the node pods /csi is the host
+directory below, so the path the kubelet is told (the registration path) is that directory plus
+the socket's file name: one definition for both keeps them from drifting apart.
+*/}}
+{{- define "csi-hostpath.socketDir" -}}/csi{{- end -}}
+{{- define "csi-hostpath.socketName" -}}csi.sock{{- end -}}
+{{- define "csi-hostpath.socketPath" -}}
+{{- printf "%s/%s" (include "csi-hostpath.socketDir" .) (include "csi-hostpath.socketName" .) -}}
+{{- end -}}
+{{- define "csi-hostpath.nodePluginHostDir" -}}
+{{- printf "%s/plugins/%s" (.Values.node.kubeletDir | trimSuffix "/") .Values.driverName -}}
+{{- end -}}
+{{- define "csi-hostpath.registrationPath" -}}
+{{- printf "%s/%s" (include "csi-hostpath.nodePluginHostDir" .) (include "csi-hostpath.socketName" .) -}}
+{{- end -}}
+
+{{/* The driver flags the controller and the node plugin share. */}}
+{{- define "csi-hostpath.driverArgs" -}}
+- serve
+- --endpoint=unix://{{ include "csi-hostpath.socketPath" . }}
+- --node-id=$(NODE_ID)
+- --driver-name={{ .Values.driverName }}
+- --pool-scope={{ .Values.pool.scope }}
+- --pool-dir={{ .Values.pool.hostPath }}
+- --log-level={{ .Values.driver.logLevel }}
+- --max-volume-size={{ int64 .Values.driver.maxVolumeSize }}
+- --max-volumes-per-node={{ int64 .Values.driver.maxVolumesPerNode }}
+- --heartbeat-interval={{ .Values.driver.heartbeatInterval }}
+- --fence-interval={{ .Values.driver.fenceInterval }}
+- --node-grace={{ .Values.driver.nodeGrace }}
+{{- if .Values.metrics.enabled }}
+- --metrics-address=:{{ .Values.metrics.port }}
+{{- end }}
+{{- end -}}
+
+{{/* The node ID is the Kubernetes node name, which is what the attacher passes to ControllerPublish. */}}
+{{- define "csi-hostpath.nodeIdEnv" -}}
+- name: NODE_ID
+  valueFrom:
+    fieldRef:
+      fieldPath: spec.nodeName
+{{- end -}}
+
+{{/*
+Security context of the sidecars: they only talk to the driver's socket and the API server, so they
+keep no capability. They stay uid 0 because the driver creates its socket 0600, owned by root.
+*/}}
+{{- define "csi-hostpath.sidecarSecurityContext" -}}
+runAsUser: 0
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+{{- end -}}

@@ -1,0 +1,65 @@
+# Deploy targets: the container image, the Helm chart and a kind cluster to run them on.
+# Included by the main Makefile, which defines VENV, PY and the `install` target.
+#
+# chart-lint and chart-test run anywhere: they use Helm's engine from the helm-python-sdk package
+# and the Kubernetes schemas bundled in kubernetes-validate, offline. image and the kind-* targets
+# need a container engine (docker), kind, helm and kubectl on the machine; CI has none of them.
+
+IMAGE ?= csi-hostpath
+# The image tag follows the project version, which is also the chart's appVersion.
+IMAGE_TAG ?= $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml | head -n 1)
+DOCKER ?= docker
+KIND ?= kind
+HELM ?= helm
+KUBECTL ?= kubectl
+CHART_DIR ?= charts/csi-hostpath
+RELEASE ?= csi-hostpath
+NAMESPACE ?= csi-hostpath
+# Extra arguments for `helm upgrade --install`, e.g. HELM_ARGS='--set pool.scope=local'.
+HELM_ARGS ?=
+# The cluster name prefixes the node names (csi-hostpath-worker, ...) that examples/ use.
+KIND_CLUSTER ?= csi-hostpath
+KIND_CONFIG ?= examples/kind-config.yaml
+# The Kubernetes release the chart is tested against (kind v0.33 ships it).
+KIND_NODE_IMAGE ?= kindest/node:v1.35.1
+# Must match the hostPath entries of $(KIND_CONFIG): kind does not expand variables there.
+KIND_SHARED_DIR ?= /tmp/csi-hostpath-kind
+
+# $(call need,TOOL): stop with a clear message when TOOL is not on PATH.
+need = @command -v $(1) >/dev/null 2>&1 || { echo "$(1) not found: this target needs it on PATH (see docs/kind.md)" >&2; exit 1; }
+
+.PHONY: image chart-lint chart-test chart-render kind-up kind-down kind-deploy
+
+image:  ## build the driver image, tagged with the project version (needs docker)
+	$(call need,$(DOCKER))
+	$(DOCKER) build --build-arg VERSION=$(IMAGE_TAG) -t $(IMAGE):$(IMAGE_TAG) .
+
+chart-lint: install  ## helm lint --strict the chart, offline, and validate its objects
+	$(PY) -m tests.chart.chart_tool lint
+
+chart-test: install  ## render the chart under many value sets and check it (offline)
+	$(PY) -m pytest -q tests/chart
+
+chart-render: install  ## print the chart's manifests with default values (like helm template)
+	$(PY) -m tests.chart.chart_tool render
+
+kind-up:  ## create the kind cluster of examples/kind-config.yaml (needs docker and kind)
+	$(call need,$(DOCKER))
+	$(call need,$(KIND))
+	mkdir -p $(KIND_SHARED_DIR)/pool $(KIND_SHARED_DIR)/controller
+	$(KIND) create cluster --name $(KIND_CLUSTER) --config $(KIND_CONFIG) \
+		--image $(KIND_NODE_IMAGE) --wait 180s
+
+kind-down:  ## delete the kind cluster (the shared pool directory is kept)
+	$(call need,$(KIND))
+	$(KIND) delete cluster --name $(KIND_CLUSTER)
+	@echo "The pool and the ledger stay in $(KIND_SHARED_DIR) (root-owned files: sudo rm -rf it)."
+	@echo "Loop devices still attached to it: losetup -a | grep $(KIND_SHARED_DIR)"
+
+kind-deploy: image  ## load the image into kind and helm upgrade --install the chart
+	$(call need,$(KIND))
+	$(call need,$(HELM))
+	$(KIND) load docker-image $(IMAGE):$(IMAGE_TAG) --name $(KIND_CLUSTER)
+	$(HELM) upgrade --install $(RELEASE) $(CHART_DIR) --namespace $(NAMESPACE) \
+		--create-namespace --set driver.image.repository=$(IMAGE) \
+		--set-string driver.image.tag=$(IMAGE_TAG) $(HELM_ARGS)
