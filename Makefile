@@ -7,7 +7,7 @@ ENDPOINT ?= unix://$(RUN_DIR)/csi.sock
 NODE_ID ?= $(shell hostname)
 PYTEST_ARGS ?=
 
-.PHONY: help install proto run test unit lint typecheck clean
+.PHONY: help install proto run demo doctor test unit lint typecheck clean
 
 .DEFAULT_GOAL := help
 # Deployment, reliability and benchmark targets live in their own fragments.
@@ -34,6 +34,12 @@ run: install  ## serve the driver on a local socket, state in ./.run (Ctrl-C sto
 	@echo "csi-hostpath: socket $(RUN_DIR)/csi.sock, state $(RUN_DIR)/state"
 	$(VENV)/bin/csi-hostpath serve --endpoint $(ENDPOINT) --node-id $(NODE_ID) \
 		--state-dir $(RUN_DIR)/state
+
+demo: install  ## take a volume through every phase on the driver `make run` serves
+	$(VENV)/bin/csi-hostpath demo --endpoint $(ENDPOINT) --state-dir $(RUN_DIR)/state
+
+doctor: install  ## check this machine (loop devices, tools, kernel, pool) and say what to fix
+	$(VENV)/bin/csi-hostpath doctor --state-dir $(RUN_DIR)/state --endpoint $(ENDPOINT)
 
 lint: install  ## ruff and mypy --strict on the package
 	$(VENV)/bin/ruff check csi_hostpath tests

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import json
 import logging
 import os
 import socket
@@ -104,6 +105,36 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds of heartbeat silence after which a node counts as gone",
     )
     serve.add_argument("--workers", type=int, default=16, help="gRPC worker threads")
+    serve.add_argument(
+        "--metrics-address",
+        default="",
+        help="HOST:PORT (or :PORT) to serve Prometheus metrics on; off if empty",
+    )
+    serve.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default="text",
+        help="text: key=value lines; json: one JSON object per line",
+    )
+
+    inspect = sub.add_parser("inspect", help="where a volume is in its lifecycle, and why")
+    _add_state_args(inspect)
+    inspect.add_argument("volume")
+    inspect.add_argument("--json", action="store_true", help="machine-readable output")
+    inspect.add_argument(
+        "--node-grace",
+        type=_positive_float,
+        default=60.0,
+        help="a node silent this long (s) counts as gone",
+    )
+
+    doctor = sub.add_parser("doctor", help="check this machine and say what to fix")
+    _add_state_args(doctor)
+    doctor.add_argument("--endpoint", default=None, help="unix:///path.sock to check as well")
+
+    demo = sub.add_parser("demo", help="take a volume through every phase on a running driver")
+    _add_state_args(demo)
+    demo.add_argument("--endpoint", required=True, help="the running driver's unix:// socket")
 
     ledger = sub.add_parser("ledger", help="read or override the publish ledger")
     lsub = ledger.add_subparsers(dest="ledger_command", required=True)
@@ -135,12 +166,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level),
-        format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
-        stream=sys.stderr,
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        body = {
+            "time": self.formatTime(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            body["exception"] = self.formatException(record.exc_info)
+        return json.dumps(body)
+
+
+def setup_logging(level: str, fmt: str = "text") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        JsonFormatter()
+        if fmt == "json"
+        else logging.Formatter("%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
     )
+    logging.basicConfig(level=getattr(logging, level), handlers=[handler], force=True)
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
@@ -161,13 +207,15 @@ def config_from_args(args: argparse.Namespace) -> Config:
         heartbeat_interval=args.heartbeat_interval,
         node_grace=args.node_grace,
         workers=args.workers,
+        metrics_address=args.metrics_address,
+        log_format=args.log_format,
     )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
-        setup_logging(args.log_level)
+        setup_logging(args.log_level, args.log_format)
         try:
             config = config_from_args(args)
             config.socket_path  # noqa: B018 - validates the endpoint before anything starts
@@ -182,7 +230,58 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"csi-hostpath: {e}", file=sys.stderr)
             return 1
     setup_logging("WARNING")
+    if args.command == "doctor":
+        return doctor_main(args)
+    if args.command == "demo":
+        return demo_main(args)
+    if args.command == "inspect":
+        return inspect_main(args)
     return ledger_main(args)
+
+
+def _dirs(args: argparse.Namespace) -> tuple[Path, Path]:
+    state_dir = Path(args.state_dir).absolute()
+    return state_dir, Path(args.pool_dir).absolute() if args.pool_dir else state_dir / "pool"
+
+
+def doctor_main(args: argparse.Namespace) -> int:
+    from csi_hostpath.doctor import diagnose, exit_code, render
+
+    state_dir, pool_dir = _dirs(args)
+    findings = diagnose(state_dir, pool_dir, args.endpoint)
+    print(render(findings))
+    return exit_code(findings)
+
+
+def demo_main(args: argparse.Namespace) -> int:
+    from csi_hostpath.demo import run_demo
+
+    state_dir, pool_dir = _dirs(args)
+    return run_demo(args.endpoint, state_dir, pool_dir, sys.stdout)
+
+
+def inspect_main(args: argparse.Namespace) -> int:
+    from csi_hostpath.demo import render_phases
+    from csi_hostpath.service.inspect import as_json, inspect_volume
+    from csi_hostpath.store.db import Store
+    from csi_hostpath.store.pool import PoolLayout
+
+    state_dir, pool_dir = _dirs(args)
+    if not (state_dir / "state.db").exists():
+        print(
+            f"csi-hostpath: no driver state in {state_dir} (is --state-dir right?)", file=sys.stderr
+        )
+        return 2
+    store = Store(state_dir / "state.db")
+    try:
+        phases = inspect_volume(store, PoolLayout(pool_dir), args.volume, args.node_grace)
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps({"volume": args.volume, "phases": as_json(phases)}, indent=2))
+    else:
+        print(render_phases(phases))
+    return 0
 
 
 def _age(seconds: float | None) -> str:

@@ -36,6 +36,8 @@ class Config:
     heartbeat_interval: float = 2.0
     node_grace: float = 60.0
     workers: int = 16
+    metrics_address: str = ""  # HOST:PORT for Prometheus; "" = no metrics endpoint
+    log_format: str = "text"  # "text" (key=value) or "json"
 
     @property
     def serves_controller(self) -> bool:

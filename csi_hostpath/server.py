@@ -11,9 +11,10 @@ from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import IO
+from typing import IO, Any
 
 import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.api.controller import ControllerServicer
@@ -21,7 +22,9 @@ from csi_hostpath.api.identity import IdentityServicer
 from csi_hostpath.api.logging_interceptor import LoggingInterceptor
 from csi_hostpath.api.node import NodeServicer
 from csi_hostpath.config import Config
+from csi_hostpath.service import health as readiness
 from csi_hostpath.service.controller import ControllerService
+from csi_hostpath.service.metrics import Metrics, build_metrics
 from csi_hostpath.service.node import NodeService
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout
@@ -49,6 +52,14 @@ def lock_state_dir(state_dir: Path) -> IO[bytes]:
     return handle
 
 
+def parse_listen_address(address: str) -> tuple[str, int]:
+    """ "HOST:PORT" or ":PORT" (all interfaces)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"--metrics-address must be HOST:PORT or :PORT, got {address!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
 @dataclass
 class Driver:
     config: Config
@@ -58,12 +69,19 @@ class Driver:
     controller: ControllerService | None
     node: NodeService | None
     lock_handle: IO[bytes]
+    metrics: Metrics
+    health: health.HealthServicer
+    metrics_server: Any = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
 
     def stop(self, grace: float = 5.0) -> None:
         self._stop.set()
+        self.health.enter_graceful_shutdown()
         self.server.stop(grace).wait()
+        if self.metrics_server is not None:
+            self.metrics_server.shutdown()
+            self.metrics_server.server_close()
         if self.node is not None:
             self.node.stop_background()
         for t in self._threads:
@@ -72,13 +90,22 @@ class Driver:
         self.lock_handle.close()
         self.config.socket_path.unlink(missing_ok=True)
 
-    def _controller_loop(self) -> None:
-        assert self.controller is not None
+    def check_health(self) -> None:
+        problems = readiness.problems(self.config, self.store)
+        status = health_pb2.HealthCheckResponse.SERVING
+        if problems:
+            log.warning("not ready: %s", "; ".join(problems))
+            status = health_pb2.HealthCheckResponse.NOT_SERVING
+        self.health.set("", status)
+
+    def _loop(self) -> None:
         while not self._stop.wait(self.config.heartbeat_interval):
             try:
-                self.controller.import_events()
+                if self.controller is not None:
+                    self.controller.import_events()
+                self.check_health()
             except Exception:
-                log.exception("importing node events failed; trying again")
+                log.exception("periodic driver pass failed; trying again")
 
 
 def build_driver(config: Config, system: System | None = None) -> Driver:
@@ -105,9 +132,10 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
             controller.reconcile()
             controller.import_events()
 
+        metrics = build_metrics(config, store, layout, system)
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="rpc"),
-            interceptors=[LoggingInterceptor()],
+            interceptors=[LoggingInterceptor(metrics.observe)],
             options=[("grpc.so_reuseport", 0)],
         )
         pb_grpc.add_IdentityServicer_to_server(IdentityServicer(config, store), server)
@@ -115,8 +143,13 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
             pb_grpc.add_ControllerServicer_to_server(ControllerServicer(controller), server)
         if node is not None:
             pb_grpc.add_NodeServicer_to_server(NodeServicer(node), server)
+        # The standard gRPC health service, beside Probe, for probes that speak it.
+        health_servicer = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         _bind(server, config.socket_path)
-        driver = Driver(config, server, store, layout, controller, node, lock)
+        driver = Driver(
+            config, server, store, layout, controller, node, lock, metrics, health_servicer
+        )
     except BaseException:
         lock.close()
         raise
@@ -135,14 +168,20 @@ def _bind(server: grpc.Server, socket_path: Path) -> None:
 
 
 def start(driver: Driver) -> None:
+    from prometheus_client import start_http_server
+
     driver.server.start()
     os.chmod(driver.config.socket_path, 0o600)
+    driver.check_health()
     if driver.node is not None:
         driver.node.start_background()
-    if driver.controller is not None:
-        t = threading.Thread(target=driver._controller_loop, name="controller-events", daemon=True)
-        t.start()
-        driver._threads.append(t)
+    t = threading.Thread(target=driver._loop, name="driver-loop", daemon=True)
+    t.start()
+    driver._threads.append(t)
+    if driver.config.metrics_address:
+        host, port = parse_listen_address(driver.config.metrics_address)
+        driver.metrics_server, _ = start_http_server(port, host, registry=driver.metrics.registry)
+        log.info("metrics on http://%s:%d/metrics", host, port)
     log.info(
         "serving %s (%s mode, node %s) on %s; state in %s, pool in %s (%s scope)",
         driver.config.driver_name,

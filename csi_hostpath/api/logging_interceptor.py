@@ -1,5 +1,5 @@
-"""One line per RPC: method, volume, node, duration, code. Secrets are never logged: only the
-named identifier fields below are read from a request."""
+"""One line per RPC: method, volume, node, duration, code; and the RPC metrics. Secrets are never
+logged: only the named identifier fields below are read from a request."""
 
 from __future__ import annotations
 
@@ -25,6 +25,9 @@ def _identifiers(request: Any) -> str:
 
 
 class LoggingInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
+    def __init__(self, observe: Callable[[str, str, float], None] | None = None) -> None:
+        self._observe = observe
+
     def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
@@ -46,7 +49,10 @@ class LoggingInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
                 code = getattr(context.code(), "name", None) or "UNKNOWN"
                 raise
             finally:
-                elapsed_ms = (time.perf_counter() - start) * 1000
+                elapsed = time.perf_counter() - start
+                elapsed_ms = elapsed * 1000
+                if self._observe is not None:
+                    self._observe(method.rsplit("/", 1)[-1], code, elapsed)
                 if log.isEnabledFor(level) or code != "OK":
                     log.log(
                         level if code == "OK" else logging.WARNING,

@@ -119,6 +119,23 @@ class NodeService:
         self.ephemeral_dir = config.state_dir / "ephemeral"
 
     # ----- helpers -----
+    def beat(self) -> None:
+        """Heartbeat, carrying what this node has staged and published (for operators)."""
+        targets: dict[str, list[str]] = {}
+        for p in self.store.node_publications():
+            targets.setdefault(p.volume_id, []).append(p.target_path)
+        volumes = {
+            s.volume_id: {
+                "staging": s.staging_path,
+                "device": s.device,
+                "access_type": s.access_type.value,
+                "generation": s.generation,
+                "targets": sorted(targets.get(s.volume_id, [])),
+            }
+            for s in self.store.stagings()
+        }
+        self.layout.beat(self.node_id, volumes)
+
     def _backing_file(self, volume_id: str) -> Path:
         if not is_volume_id(volume_id):
             raise VolumeNotFound(f"volume {volume_id[:200]!r} does not exist")
@@ -237,6 +254,7 @@ class NodeService:
                     time.time(),
                 )
             )
+            self.beat()
             log.info(
                 "staged %s at %s on %s (%s)",
                 volume_id,
@@ -296,6 +314,7 @@ class NodeService:
                     volume_id, staging_path, AccessType.MOUNT, AccessMode.UNKNOWN, "", "", 0, 0.0
                 )
             )
+            self.beat()
             log.info("unstaged %s from %s", volume_id, staging_path)
 
     # ----- publish -----
@@ -372,6 +391,7 @@ class NodeService:
                 volume_id, target_path, ro, cap.access_mode, cap.access_type, cap.mount_flags
             )
         )
+        self.beat()
         log.info("published %s at %s (%s)", volume_id, target_path, "ro" if ro else "rw")
 
     def _publish_ephemeral(
@@ -461,6 +481,7 @@ class NodeService:
             self._remove_target(target_path)
             if record is not None:
                 self.store.delete_node_publication(target_path)
+            self.beat()
             log.info("unpublished %s from %s", volume_id, target_path)
             staged = self.store.get_staging(resolved)
             if (
@@ -601,7 +622,7 @@ class NodeService:
     # ----- reconcile and fencing -----
     def reconcile(self) -> None:
         """Repair the kernel to match this node's records; drop what no record claims."""
-        self.layout.beat(self.node_id)
+        self.beat()
         self.fence_revoked()
         stagings = {s.volume_id: s for s in self.store.stagings()}
         for s in stagings.values():
@@ -748,7 +769,7 @@ class NodeService:
         next_fence = time.monotonic() + self.config.fence_interval
         while not self._stop.wait(min(self.config.heartbeat_interval, self.config.fence_interval)):
             try:
-                self.layout.beat(self.node_id)
+                self.beat()
                 if time.monotonic() >= next_fence:
                     next_fence = time.monotonic() + self.config.fence_interval
                     self.fence_revoked()

@@ -490,6 +490,10 @@ class Store:
             (time.time(), actor, action, volume_id, node_id, generation, reason),
         )
 
+    def audit_counts(self) -> dict[str, int]:
+        rows = self._read("SELECT action, COUNT(*) AS n FROM audit GROUP BY action")
+        return {r["action"]: int(r["n"]) for r in rows}
+
     def audit(self, volume_id: str = "") -> list[AuditEntry]:
         sql = "SELECT * FROM audit" + (" WHERE volume_id=?" if volume_id else "") + " ORDER BY seq"
         return [

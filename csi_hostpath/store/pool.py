@@ -12,7 +12,7 @@ import json
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +20,18 @@ from csi_hostpath.core.ledger import Lease
 from csi_hostpath.core.naming import is_snapshot_id, is_volume_id, node_key
 
 
-def write_atomically(path: Path, data: bytes) -> None:
+def write_atomically(path: Path, data: bytes, *, durable: bool = True) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         os.write(fd, data)
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
+    if not durable:
+        return
     dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(dir_fd)
@@ -51,9 +54,22 @@ class Heartbeat:
     node_id: str
     at: float
     pid: int
+    # What the node reports it has staged: volume ID -> {"staging", "device", "access_type",
+    # "generation", "targets"}. For operators (inspect), never for decisions.
+    volumes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def age(self, now: float | None = None) -> float:
         return max(0.0, (time.time() if now is None else now) - self.at)
+
+
+def _heartbeat(data: dict[str, Any]) -> Heartbeat:
+    volumes = data.get("volumes")
+    return Heartbeat(
+        str(data["node_id"]),
+        float(data["at"]),
+        int(data.get("pid", 0)),
+        volumes if isinstance(volumes, dict) else {},
+    )
 
 
 class PoolLayout:
@@ -109,24 +125,25 @@ class PoolLayout:
             (self.leases / f"{volume_id}.json").unlink(missing_ok=True)
 
     # ----- heartbeats -----
-    def beat(self, node_id: str) -> None:
-        body = {"node_id": node_id, "at": time.time(), "pid": os.getpid()}
-        write_atomically(self.nodes / f"{node_key(node_id)}.json", json.dumps(body).encode())
+    def beat(self, node_id: str, volumes: dict[str, dict[str, Any]] | None = None) -> None:
+        body = {"node_id": node_id, "at": time.time(), "pid": os.getpid(), "volumes": volumes or {}}
+        # Not fsynced: a heartbeat lost in a crash is simply older, which is the truth.
+        write_atomically(
+            self.nodes / f"{node_key(node_id)}.json", json.dumps(body).encode(), durable=False
+        )
 
     def heartbeat(self, node_id: str) -> Heartbeat | None:
         data = _read_json(self.nodes / f"{node_key(node_id)}.json")
         if data is None or data.get("node_id") != node_id:
             return None
-        return Heartbeat(node_id, float(data["at"]), int(data.get("pid", 0)))
+        return _heartbeat(data)
 
     def heartbeats(self) -> list[Heartbeat]:
         beats = []
         for path in sorted(self.nodes.glob("*.json")):
             data = _read_json(path)
             if data and "node_id" in data:
-                beats.append(
-                    Heartbeat(str(data["node_id"]), float(data["at"]), int(data.get("pid", 0)))
-                )
+                beats.append(_heartbeat(data))
         return beats
 
     # ----- events that nodes report to the controller's audit trail -----

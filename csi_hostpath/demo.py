@@ -1,0 +1,144 @@
+"""`csi-hostpath demo`: take one volume through every phase against a running driver, printing
+where it stands after each step, then clean up. What a newcomer runs second."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+import grpc
+
+from csi_hostpath._pb import csi_pb2 as pb
+from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
+from csi_hostpath.service.inspect import Phase, inspect_volume
+from csi_hostpath.store.db import Store
+from csi_hostpath.store.pool import PoolLayout
+
+MiB = 1 << 20
+
+
+def render_phases(phases: list[Phase]) -> str:
+    rows = [["PHASE", "STATE", "DETAIL"]] + [[p.phase, p.state, p.detail] for p in phases]
+    widths = [max(len(r[i]) for r in rows) for i in range(2)]
+    lines = []
+    for r in rows:
+        lines.append(f"{r[0].ljust(widths[0])}  {r[1].ljust(widths[1])}  {r[2]}".rstrip())
+    for p in phases:
+        if p.reason:
+            lines.append(f"  {p.phase}: {p.reason}")
+        if p.next_action:
+            lines.append(f"  {p.phase}: next: {p.next_action}")
+    return "\n".join(lines)
+
+
+def run_demo(endpoint: str, state_dir: Path, pool_dir: Path, out: TextIO) -> int:
+    channel = grpc.insecure_channel(endpoint)
+    try:
+        grpc.channel_ready_future(channel).result(timeout=10)
+    except grpc.FutureTimeoutError:
+        out.write(f"no driver answers on {endpoint}: start one first (make run)\n")
+        return 1
+    identity = pb_grpc.IdentityStub(channel)
+    controller = pb_grpc.ControllerStub(channel)
+    node = pb_grpc.NodeStub(channel)
+    info = identity.GetPluginInfo(pb.GetPluginInfoRequest())
+    node_id = node.NodeGetInfo(pb.NodeGetInfoRequest()).node_id
+    out.write(f"driver {info.name} {info.vendor_version}, node {node_id}\n")
+    store = Store(state_dir / "state.db")
+    layout = PoolLayout(pool_dir)
+    work = Path(tempfile.mkdtemp(prefix="csihp-demo-"))
+    cap = pb.VolumeCapability(
+        mount=pb.VolumeCapability.MountVolume(fs_type="ext4"),
+        access_mode=pb.VolumeCapability.AccessMode(
+            mode=pb.VolumeCapability.AccessMode.SINGLE_NODE_WRITER
+        ),
+    )
+    staging, target = work / "globalmount", work / "pod" / "mount"
+    staging.mkdir()
+    undo: list[Callable[[], object]] = []
+    volume_id = ""
+
+    def show(step: str) -> None:
+        out.write(f"\n== {step}\n")
+        out.write(render_phases(inspect_volume(store, layout, volume_id, 60.0)) + "\n")
+
+    try:
+        vol = controller.CreateVolume(
+            pb.CreateVolumeRequest(
+                name=f"demo-{int(time.time())}",
+                volume_capabilities=[cap],
+                capacity_range=pb.CapacityRange(required_bytes=64 * MiB),
+            )
+        ).volume
+        volume_id = vol.volume_id
+        undo.append(lambda: controller.DeleteVolume(pb.DeleteVolumeRequest(volume_id=volume_id)))
+        show(f"CreateVolume: {volume_id}, a 64 MiB sparse file in the pool")
+
+        ctx = controller.ControllerPublishVolume(
+            pb.ControllerPublishVolumeRequest(
+                volume_id=volume_id, node_id=node_id, volume_capability=cap
+            )
+        ).publish_context
+        undo.append(
+            lambda: controller.ControllerUnpublishVolume(
+                pb.ControllerUnpublishVolumeRequest(volume_id=volume_id, node_id=node_id)
+            )
+        )
+        show(f"ControllerPublishVolume: the ledger gives {node_id} generation {ctx['generation']}")
+
+        node.NodeStageVolume(
+            pb.NodeStageVolumeRequest(
+                volume_id=volume_id,
+                staging_target_path=str(staging),
+                volume_capability=cap,
+                publish_context=ctx,
+                volume_context=dict(vol.volume_context),
+            )
+        )
+        undo.append(
+            lambda: node.NodeUnstageVolume(
+                pb.NodeUnstageVolumeRequest(volume_id=volume_id, staging_target_path=str(staging))
+            )
+        )
+        show(f"NodeStageVolume: loop device attached, ext4 made and mounted at {staging}")
+
+        node.NodePublishVolume(
+            pb.NodePublishVolumeRequest(
+                volume_id=volume_id,
+                staging_target_path=str(staging),
+                target_path=str(target),
+                volume_capability=cap,
+                publish_context=ctx,
+            )
+        )
+        undo.append(
+            lambda: node.NodeUnpublishVolume(
+                pb.NodeUnpublishVolumeRequest(volume_id=volume_id, target_path=str(target))
+            )
+        )
+        (target / "hello.txt").write_text("written through the bind mount\n")
+        show(f"NodePublishVolume: bound at {target}; a pod would see it now")
+        stats = node.NodeGetVolumeStats(
+            pb.NodeGetVolumeStatsRequest(volume_id=volume_id, volume_path=str(target))
+        )
+        used = stats.usage[0]
+        out.write(
+            f"\nNodeGetVolumeStats: {used.used} of {used.total} bytes used; condition "
+            f"{'abnormal' if stats.volume_condition.abnormal else 'normal'}\n"
+        )
+    finally:
+        out.write("\n== teardown, in the order Kubernetes uses\n")
+        for step in reversed(undo):
+            step()
+        if volume_id:
+            show("after DeleteVolume")
+        store.close()
+        channel.close()
+        for leftover in (target, target.parent, staging, work):
+            if leftover.is_dir() and not os.path.ismount(leftover):
+                leftover.rmdir()
+    return 0

@@ -1,0 +1,118 @@
+"""Prometheus metrics. RPC counts and latencies are recorded as calls finish; everything that
+describes state (publications, stale holders, loop devices, pool space) is computed at scrape
+time from the store, the pool and the kernel, so it can never drift from the truth."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from csi_hostpath.config import Config
+from csi_hostpath.core.naming import loop_tag_prefix
+from csi_hostpath.store.db import Store
+from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.system.base import System
+
+PREFIX = "csi_hostpath"
+
+
+@dataclass
+class Metrics:
+    registry: CollectorRegistry
+    rpc_total: Counter
+    rpc_seconds: Histogram
+
+    def observe(self, method: str, code: str, seconds: float) -> None:
+        self.rpc_total.labels(method=method, code=code).inc()
+        self.rpc_seconds.labels(method=method).observe(seconds)
+
+
+class StateCollector(Collector):
+    def __init__(self, config: Config, store: Store, layout: PoolLayout, system: System) -> None:
+        self.config = config
+        self.store = store
+        self.layout = layout
+        self.system = system
+
+    def collect(self) -> Iterator[Metric]:
+        if self.config.serves_controller:
+            yield from self._controller()
+        if self.config.serves_node:
+            devices = self.system.loop.list(loop_tag_prefix(self.config.node_id))
+            g = GaugeMetricFamily(
+                f"{PREFIX}_loop_devices_attached", "Loop devices this node plugin has attached"
+            )
+            g.add_metric([], len(devices))
+            yield g
+        yield from self._pool()
+
+    def _controller(self) -> Iterator[Metric]:
+        publications = self.store.publications()
+        by_mode = GaugeMetricFamily(
+            f"{PREFIX}_publications", "Ledger publications by access mode", labels=["access_mode"]
+        )
+        counts: dict[str, int] = {}
+        for p in publications:
+            counts[p.access_mode.name] = counts.get(p.access_mode.name, 0) + 1
+        for mode, n in sorted(counts.items()):
+            by_mode.add_metric([mode], n)
+        yield by_mode
+        now = time.time()
+        beats = {b.node_id: b for b in self.layout.heartbeats()}
+        stale = sum(
+            1
+            for p in publications
+            if p.node_id not in beats or beats[p.node_id].age(now) >= self.config.node_grace
+        )
+        g = GaugeMetricFamily(
+            f"{PREFIX}_stale_publications",
+            "Publications held by nodes whose heartbeat is older than the grace period: a volume "
+            "stuck on a node that may be gone (waiting is safe; force-detach is a decision)",
+        )
+        g.add_metric([], stale)
+        yield g
+        audit = self.store.audit_counts()
+        for action, name, text in (
+            ("force-detach", "force_detaches", "Force-detaches recorded in the audit trail"),
+            ("fenced", "fenced_volumes", "Volumes nodes fenced after their hold was revoked"),
+        ):
+            c = CounterMetricFamily(f"{PREFIX}_{name}", text)
+            c.add_metric([], audit.get(action, 0))
+            yield c
+
+    def _pool(self) -> Iterator[Metric]:
+        free = self.system.pool.free_bytes()
+        allocated = sum(
+            self.system.pool.allocated(p) for p in self.layout.volumes.glob("vol-*.img")
+        )
+        for name, value, text in (
+            ("pool_free_bytes", free, "Free space in the pool filesystem"),
+            ("pool_allocated_bytes", allocated, "Disk really used by the volumes in the pool"),
+        ):
+            g = GaugeMetricFamily(f"{PREFIX}_{name}", text)
+            g.add_metric([], value)
+            yield g
+
+
+def build_metrics(config: Config, store: Store, layout: PoolLayout, system: System) -> Metrics:
+    registry = CollectorRegistry()
+    rpc_total = Counter(
+        f"{PREFIX}_rpc",
+        "CSI calls by method and status code",
+        ["method", "code"],
+        registry=registry,
+    )
+    rpc_seconds = Histogram(
+        f"{PREFIX}_rpc_duration_seconds",
+        "CSI call latency by method",
+        ["method"],
+        registry=registry,
+        buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+    )
+    registry.register(StateCollector(config, store, layout, system))
+    return Metrics(registry, rpc_total, rpc_seconds)

@@ -1,0 +1,341 @@
+"""`csi-hostpath doctor`: each check on this machine as it is, and on prepared failures (a PATH
+without a tool, a held lock, a loose socket, a kernel without xfs, a process without
+CAP_SYS_RESOURCE)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from csi_hostpath import doctor
+from csi_hostpath.doctor import Finding, diagnose, exit_code, render
+
+TOOLS = (
+    "mkfs.ext4",
+    "mkfs.xfs",
+    "blkid",
+    "mount",
+    "umount",
+    "e2fsck",
+    "resize2fs",
+    "xfs_growfs",
+)
+
+
+@pytest.fixture
+def scratch() -> Iterator[Path]:
+    root = Path(tempfile.mkdtemp(prefix="csihp-test-"))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def state(scratch: Path) -> Path:
+    path = scratch / "state"
+    path.mkdir()
+    return path
+
+
+def _by_check(findings: list[Finding]) -> dict[str, Finding]:
+    by_check = {finding.check: finding for finding in findings}
+    assert len(by_check) == len(findings), "check names must be unique"
+    return by_check
+
+
+def _real_tools() -> dict[str, str]:
+    found = {name: shutil.which(name) for name in TOOLS}
+    missing = [name for name, path in found.items() if path is None]
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)} installed")
+    return {name: path for name, path in found.items() if path is not None}
+
+
+def _needs_loop_control() -> None:
+    if os.geteuid() != 0 or not os.path.exists("/dev/loop-control"):
+        pytest.skip("needs root and /dev/loop-control")
+
+
+@pytest.mark.real
+def test_this_machine_has_loop_devices_and_every_tool(state: Path) -> None:
+    _needs_loop_control()
+    _real_tools()
+    findings = _by_check(diagnose(state, state / "pool"))
+
+    assert findings["loop-control"].status == "ok", findings["loop-control"]
+    assert findings["loop-devices"].status == "ok", findings["loop-devices"]
+    assert findings["loop-devices"].detail.endswith("is free")
+    for name in TOOLS:
+        assert findings[f"tool:{name}"].status == "ok", findings[f"tool:{name}"]
+    assert findings["state-dir"].status == "ok"
+    assert findings["state-lock"].detail == "no daemon holds it (no lock file yet)"
+    assert "socket" not in findings  # no endpoint, no socket check
+    # The pool does not exist yet: measured (and reflink-tested) in its parent, left clean.
+    assert findings["pool-dir"].status == "warn"
+    assert "will be created" in findings["pool-dir"].detail
+    assert findings["pool-space"].detail.endswith(f"(measured at {state})")
+    assert findings["pool-reflink"].detail.startswith("reflink: ")
+    assert sorted(os.listdir(state)) == []
+    # Nothing here is broken; a missing capability or small disk is only a warning.
+    assert not [f for f in findings.values() if f.status == "fail"]
+    assert exit_code(list(findings.values())) == 0
+
+
+def test_a_path_without_mkfs_xfs_is_a_warning_that_names_it(state: Path, scratch: Path) -> None:
+    bin_dir = scratch / "bin"
+    bin_dir.mkdir()
+    for name, path in _real_tools().items():
+        if name != "mkfs.xfs":
+            (bin_dir / name).symlink_to(path)
+
+    findings = diagnose(state, state, path_env=str(bin_dir))
+    by_check = _by_check(findings)
+
+    xfs = by_check["tool:mkfs.xfs"]
+    assert xfs.status == "warn"
+    assert "mkfs.xfs not found on PATH" in xfs.detail
+    assert "xfs volumes can't be staged" in xfs.detail
+    assert "apt-get install xfsprogs" in xfs.fix
+    assert str(bin_dir) in xfs.fix  # says where it looked
+    for name in TOOLS:
+        if name != "mkfs.xfs":
+            assert by_check[f"tool:{name}"].status == "ok"
+            assert by_check[f"tool:{name}"].detail == str(bin_dir / name)
+
+    text = render(findings)
+    row = next(line for line in text.splitlines() if "tool:mkfs.xfs" in line)
+    assert row.startswith("WARN ")
+    assert "mkfs.xfs not found on PATH" in row
+    fix_line = text.splitlines()[text.splitlines().index(row) + 1]
+    assert fix_line.lstrip().startswith("fix: install it: `apt-get install xfsprogs`")
+
+
+def test_an_empty_path_fails_on_the_tools_the_node_cannot_live_without(
+    state: Path, scratch: Path
+) -> None:
+    findings = diagnose(state, state, path_env=str(scratch / "nothing-here"))
+    by_check = _by_check(findings)
+
+    for name in ("mkfs.ext4", "blkid", "mount", "umount"):
+        assert by_check[f"tool:{name}"].status == "fail", by_check[f"tool:{name}"]
+        assert f"{name} not found on PATH" in by_check[f"tool:{name}"].detail
+    for name in ("mkfs.xfs", "xfs_growfs", "e2fsck", "resize2fs"):
+        assert by_check[f"tool:{name}"].status == "warn"
+    assert "apt-get install e2fsprogs" in by_check["tool:mkfs.ext4"].fix
+    assert "util-linux" in by_check["tool:mount"].fix
+    assert exit_code(findings) == 1
+
+
+def test_a_held_lock_means_a_daemon_is_running(state: Path) -> None:
+    with open(state / ".lock", "ab") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock = _by_check(diagnose(state, state))["state-lock"]
+        assert lock.status == "ok"
+        assert "a csi-hostpath daemon is running on it (lock held)" in lock.detail
+        assert f"pid {os.getpid()}" in lock.detail  # found in /proc/locks
+        fcntl.flock(held, fcntl.LOCK_UN)
+
+    lock = _by_check(diagnose(state, state))["state-lock"]
+    assert lock == Finding("state-lock", "ok", "no daemon holds it")
+    # The doctor let go of its own test lock: a daemon could take it now.
+    with open(state / ".lock", "ab") as again:
+        fcntl.flock(again, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_a_missing_state_dir_is_reported_and_never_created(scratch: Path) -> None:
+    state_dir = scratch / "not" / "yet"
+    findings = _by_check(diagnose(state_dir, state_dir / "pool", f"unix://{scratch}/csi.sock"))
+
+    assert findings["state-dir"].status == "warn"
+    assert "will be created" in findings["state-dir"].detail
+    assert findings["state-lock"].status == "ok"
+    assert findings["socket"].status == "warn"  # no daemon, so no socket is expected
+    assert "does not exist" in findings["socket"].detail
+    assert findings["pool-dir"].status == "warn"
+    assert not (scratch / "not").exists()
+    assert os.listdir(scratch) == []  # the reflink probe cleaned up after itself
+
+
+def test_a_socket_anyone_can_use_is_flagged(state: Path, scratch: Path) -> None:
+    path = scratch / "csi.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(str(path))
+        server.listen()
+        path.chmod(0o644)
+        with open(state / ".lock", "ab") as held:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            findings = diagnose(state, state, f"unix://{path}")
+    sock = _by_check(findings)["socket"]
+
+    assert sock.status == "warn"
+    assert "mode 0644, not 0600" in sock.detail
+    assert f"chmod 0600 {path}" in sock.fix
+    assert "fix: " in render(findings)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the socket must be owned by root")
+def test_a_root_socket_with_mode_0600_and_a_daemon_behind_it_is_ok(
+    state: Path, scratch: Path
+) -> None:
+    path = scratch / "csi.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(str(path))
+        server.listen()
+        path.chmod(0o600)
+        with open(state / ".lock", "ab") as held:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            sock = _by_check(diagnose(state, state, f"unix://{path}"))["socket"]
+            assert sock.status == "ok", sock
+        # The same socket without the daemon's lock: served by something with another state dir.
+        sock = _by_check(diagnose(state, state, f"unix://{path}"))["socket"]
+        assert sock.status == "warn"
+        assert "no daemon holds" in sock.detail
+    # Bound but no longer listening: a stale socket left by a daemon that died.
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as dead:
+        path.unlink()
+        dead.bind(str(path))
+        path.chmod(0o600)
+        sock = _by_check(diagnose(state, state, f"unix://{path}"))["socket"]
+    assert sock.status == "warn"
+    assert "nothing listens" in sock.detail
+
+
+def test_a_missing_socket_while_a_daemon_runs_fails(state: Path, scratch: Path) -> None:
+    with open(state / ".lock", "ab") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        findings = diagnose(state, state, f"unix://{scratch}/elsewhere.sock")
+    sock = _by_check(findings)["socket"]
+    assert sock.status == "fail"
+    assert "does not exist, but a daemon holds" in sock.detail
+    assert exit_code(findings) == 1
+
+    bad = _by_check(diagnose(state, state, "tcp://127.0.0.1:1"))["socket"]
+    assert bad.status == "fail"
+    assert "unix:///absolute/path" in bad.detail
+
+
+def test_no_loop_control_fails_with_modprobe_and_privileged_in_the_fix(
+    state: Path, scratch: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(doctor, "LOOP_CONTROL", str(scratch / "loop-control"))
+    findings = _by_check(diagnose(state, state))
+
+    control = findings["loop-control"]
+    assert control.status == "fail"
+    assert "does not exist" in control.detail
+    assert "modprobe loop" in control.fix
+    assert "privileged" in control.fix
+    assert "/dev" in control.fix
+    assert findings["loop-devices"].status == "warn"
+
+
+def test_kernel_filesystems_from_proc_and_modules(
+    state: Path, scratch: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proc = scratch / "filesystems"
+    modules = scratch / "modules"
+    (modules / os.uname().release).mkdir(parents=True)
+    monkeypatch.setattr(doctor, "PROC_FILESYSTEMS", str(proc))
+    monkeypatch.setattr(doctor, "MODULES_DIR", str(modules))
+
+    proc.write_text("nodev\tproc\nnodev\ttmpfs\n\text4\n")
+    findings = _by_check(diagnose(state, state))
+    assert findings["kernel-fs:ext4"].status == "ok"
+    assert findings["kernel-fs:xfs"].status == "warn"
+    assert "modprobe xfs" in findings["kernel-fs:xfs"].fix
+
+    # Not loaded, but a module the kernel can load on the first mount: fine.
+    proc.write_text("nodev\tproc\n")
+    (modules / os.uname().release / "modules.dep").write_text(
+        "kernel/fs/xfs/xfs.ko.zst: kernel/lib/libcrc32c.ko.zst\n"
+    )
+    findings = _by_check(diagnose(state, state))
+    assert findings["kernel-fs:xfs"].status == "ok"
+    assert "loads on the first mount" in findings["kernel-fs:xfs"].detail
+    assert findings["kernel-fs:ext4"].status == "fail"
+    assert exit_code(list(findings.values())) == 1
+
+
+def test_cap_sys_resource_is_read_from_capeff(
+    state: Path, scratch: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    status = scratch / "status"
+    monkeypatch.setattr(doctor, "PROC_STATUS", str(status))
+
+    status.write_text("Name:\tpython\nCapPrm:\t000001ffffffffff\nCapEff:\t000001fffeffffff\n")
+    cap = _by_check(diagnose(state, state))["cap-sys-resource"]
+    assert cap.status == "warn"
+    assert "online ext4 expansion will be refused" in cap.detail
+    assert "privileged" in cap.fix
+
+    status.write_text("CapEff:\t0000000001000000\n")  # bit 24 alone
+    assert _by_check(diagnose(state, state))["cap-sys-resource"].status == "ok"
+
+
+@pytest.mark.real
+def test_reflink_on_an_xfs_pool(scratch: Path) -> None:
+    _needs_loop_control()
+    _real_tools()
+    image = scratch / "xfs.img"
+    with open(image, "wb") as handle:
+        handle.truncate(320 << 20)  # mkfs.xfs needs 300 MiB
+    subprocess.run(["mkfs.xfs", "-q", "-m", "reflink=1", str(image)], check=True)
+    mnt = scratch / "mnt"
+    mnt.mkdir()
+    subprocess.run(["mount", "-o", "loop", str(image), str(mnt)], check=True)
+    try:
+        (mnt / "pool").mkdir()
+        findings = _by_check(diagnose(scratch / "state", mnt / "pool"))
+        assert findings["pool-dir"].status == "ok"
+        assert "xfs on /dev/loop" in findings["pool-dir"].detail
+        assert f"mounted at {mnt}" in findings["pool-dir"].detail
+        reflink = findings["pool-reflink"]
+        assert reflink.status == "ok"
+        assert reflink.detail.startswith("reflink: yes (snapshots are instant) on xfs")
+        assert os.listdir(mnt / "pool") == []
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)  # the loop device autoclears
+
+
+def test_render_aligns_columns_and_puts_a_fix_under_each_problem() -> None:
+    findings = [
+        Finding("loop-control", "ok", "fine"),
+        Finding("tool:mkfs.xfs", "warn", "mkfs.xfs not found on PATH", "apt-get install xfsprogs"),
+        Finding("x", "fail", "broken", "mend it"),
+    ]
+    lines = render(findings).splitlines()
+
+    assert lines[0].split() == ["STATUS", "CHECK", "DETAIL"]
+    detail_column = lines[0].index("DETAIL")
+    rows = [lines[1], lines[2], lines[4]]
+    assert [row[:detail_column].split() for row in rows] == [
+        ["OK", "loop-control"],
+        ["WARN", "tool:mkfs.xfs"],
+        ["FAIL", "x"],
+    ]
+    assert [row[detail_column:] for row in rows] == ["fine", "mkfs.xfs not found on PATH", "broken"]
+    assert lines[3] == " " * detail_column + "fix: apt-get install xfsprogs"
+    assert lines[5] == " " * detail_column + "fix: mend it"
+    assert lines[-1] == "1 ok, 1 warn, 1 fail"
+    assert render([]).splitlines()[-1] == "0 ok, 0 warn, 0 fail"
+
+
+def test_exit_code_is_one_only_when_something_fails() -> None:
+    ok = Finding("a", "ok", "fine")
+    warn = Finding("b", "warn", "limited", "do this")
+    fail = Finding("c", "fail", "broken", "do that")
+    assert exit_code([]) == 0
+    assert exit_code([ok, warn]) == 0
+    assert exit_code([ok, warn, fail]) == 1
+    assert exit_code(iter([fail])) == 1
+    with pytest.raises(ValueError, match="status must be one of"):
+        Finding("d", "error", "typo")  # type: ignore[arg-type]
