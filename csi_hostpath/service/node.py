@@ -292,6 +292,10 @@ class NodeService:
         options = list(cap.mount_flags)
         if cap.access_mode in access.READER_ONLY_MODES:
             options.append("ro")
+        if fs_type == "xfs" and "nouuid" not in options:
+            # A clone or restore carries its source's xfs UUID, and the kernel refuses a second
+            # mount of one UUID, even in another node plugin's mount namespace on this kernel.
+            options.append("nouuid")
         if not os.path.isdir(staging_path):
             os.makedirs(staging_path, exist_ok=True)
         self.system.mounts.mount(device, staging_path, fs_type, options)
