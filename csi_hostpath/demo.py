@@ -63,6 +63,15 @@ def run_demo(endpoint: str, state_dir: Path, pool_dir: Path, out: TextIO) -> int
     volume_id = ""
 
     def show(step: str) -> None:
+        # The node reports what it staged in its heartbeat, written just after each node call:
+        # wait (briefly) for one newer than the step, so the table shows the step's effect.
+        done = time.time()
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            beat = layout.heartbeat(node_id)
+            if beat is not None and beat.at >= done:
+                break
+            time.sleep(0.02)
         out.write(f"\n== {step}\n")
         out.write(render_phases(inspect_volume(store, layout, volume_id, 60.0)) + "\n")
 

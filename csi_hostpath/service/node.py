@@ -113,6 +113,9 @@ class NodeService:
         self.layout = layout
         self.inflight = InFlight()
         self._stop = threading.Event()
+        # Node RPCs ask for a heartbeat (so inspect sees a stage at once) without paying for the
+        # file write themselves; the background thread writes it, coalescing bursts.
+        self._beat_soon = threading.Event()
         self._thread: threading.Thread | None = None
         # Inline ephemeral volumes belong to this node alone, so they live in its state
         # directory, where no controller's reconcile can mistake them for orphans.
@@ -254,7 +257,7 @@ class NodeService:
                     time.time(),
                 )
             )
-            self.beat()
+            self._beat_soon.set()
             log.info(
                 "staged %s at %s on %s (%s)",
                 volume_id,
@@ -318,7 +321,7 @@ class NodeService:
                     volume_id, staging_path, AccessType.MOUNT, AccessMode.UNKNOWN, "", "", 0, 0.0
                 )
             )
-            self.beat()
+            self._beat_soon.set()
             log.info("unstaged %s from %s", volume_id, staging_path)
 
     # ----- publish -----
@@ -395,7 +398,7 @@ class NodeService:
                 volume_id, target_path, ro, cap.access_mode, cap.access_type, cap.mount_flags
             )
         )
-        self.beat()
+        self._beat_soon.set()
         log.info("published %s at %s (%s)", volume_id, target_path, "ro" if ro else "rw")
 
     def _publish_ephemeral(
@@ -485,7 +488,7 @@ class NodeService:
             self._remove_target(target_path)
             if record is not None:
                 self.store.delete_node_publication(target_path)
-            self.beat()
+            self._beat_soon.set()
             log.info("unpublished %s from %s", volume_id, target_path)
             staged = self.store.get_staging(resolved)
             if (
@@ -655,7 +658,12 @@ class NodeService:
                     log.exception("re-binding %s failed", p.target_path)
         for device in self.system.loop.list(loop_tag_prefix(self.node_id)):
             vid = volume_id_from_tag(device.tag)
-            if vid is not None and vid not in stagings:
+            # A tag names the node, but two plugins misconfigured with one node ID could share
+            # a kernel: only a device backed by this plugin's own pool or ephemeral directory is
+            # this plugin's to drop.
+            backing = device.backing_file
+            mine = backing.startswith((f"{self.layout.volumes}/", f"{self.ephemeral_dir}/"))
+            if vid is not None and vid not in stagings and mine:
                 self._drop_untracked(vid, device)
 
     def _repair_staging(self, s: NodeStaging) -> None:
@@ -766,16 +774,26 @@ class NodeService:
 
     def stop_background(self) -> None:
         self._stop.set()
+        self._beat_soon.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
 
     def _loop(self) -> None:
-        next_fence = time.monotonic() + self.config.fence_interval
-        while not self._stop.wait(min(self.config.heartbeat_interval, self.config.fence_interval)):
+        tick = min(self.config.heartbeat_interval, self.config.fence_interval)
+        next_beat = next_fence = time.monotonic()
+        while not self._stop.is_set():
+            self._beat_soon.wait(max(0.0, min(next_beat, next_fence) - time.monotonic()))
+            if self._stop.is_set():
+                return
             try:
-                self.beat()
-                if time.monotonic() >= next_fence:
-                    next_fence = time.monotonic() + self.config.fence_interval
+                now = time.monotonic()
+                if self._beat_soon.is_set() or now >= next_beat:
+                    self._beat_soon.clear()
+                    self.beat()
+                    next_beat = now + tick
+                if now >= next_fence:
+                    next_fence = now + self.config.fence_interval
                     self.fence_revoked()
             except Exception:
                 log.exception("heartbeat/fence pass failed; trying again next interval")
+                self._stop.wait(tick)
