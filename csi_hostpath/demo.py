@@ -35,6 +35,17 @@ def render_phases(phases: list[Phase]) -> str:
     return "\n".join(lines)
 
 
+def wait_for_heartbeat(layout: PoolLayout, node_id: str, since: float) -> None:
+    """The node reports what it staged in its heartbeat, written just after each node call:
+    wait (briefly) for one newer than the step, so the table shows the step's effect."""
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        beat = layout.heartbeat(node_id)
+        if beat is not None and beat.at >= since:
+            return
+        time.sleep(0.02)
+
+
 def run_demo(endpoint: str, state_dir: Path, pool_dir: Path, out: TextIO) -> int:
     channel = grpc.insecure_channel(endpoint)
     try:
@@ -62,16 +73,9 @@ def run_demo(endpoint: str, state_dir: Path, pool_dir: Path, out: TextIO) -> int
     undo: list[Callable[[], object]] = []
     volume_id = ""
 
-    def show(step: str) -> None:
-        # The node reports what it staged in its heartbeat, written just after each node call:
-        # wait (briefly) for one newer than the step, so the table shows the step's effect.
-        done = time.time()
-        deadline = time.monotonic() + 3
-        while time.monotonic() < deadline:
-            beat = layout.heartbeat(node_id)
-            if beat is not None and beat.at >= done:
-                break
-            time.sleep(0.02)
+    def show(step: str, node_step: bool = False) -> None:
+        if node_step:
+            wait_for_heartbeat(layout, node_id, time.time())
         out.write(f"\n== {step}\n")
         out.write(render_phases(inspect_volume(store, layout, volume_id, 60.0)) + "\n")
 
@@ -113,7 +117,7 @@ def run_demo(endpoint: str, state_dir: Path, pool_dir: Path, out: TextIO) -> int
                 pb.NodeUnstageVolumeRequest(volume_id=volume_id, staging_target_path=str(staging))
             )
         )
-        show(f"NodeStageVolume: loop device attached, ext4 made and mounted at {staging}")
+        show(f"NodeStageVolume: loop device attached, ext4 made and mounted at {staging}", True)
 
         node.NodePublishVolume(
             pb.NodePublishVolumeRequest(
@@ -130,7 +134,7 @@ def run_demo(endpoint: str, state_dir: Path, pool_dir: Path, out: TextIO) -> int
             )
         )
         (target / "hello.txt").write_text("written through the bind mount\n")
-        show(f"NodePublishVolume: bound at {target}; a pod would see it now")
+        show(f"NodePublishVolume: bound at {target}; a pod would see it now", True)
         stats = node.NodeGetVolumeStats(
             pb.NodeGetVolumeStatsRequest(volume_id=volume_id, volume_path=str(target))
         )
