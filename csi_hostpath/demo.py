@@ -19,6 +19,12 @@ from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout
 
 MiB = 1 << 20
+DEMO_CAPABILITY = pb.VolumeCapability(
+    mount=pb.VolumeCapability.MountVolume(fs_type="ext4"),
+    access_mode=pb.VolumeCapability.AccessMode(
+        mode=pb.VolumeCapability.AccessMode.SINGLE_NODE_WRITER
+    ),
+)
 
 
 def render_phases(phases: list[Phase]) -> str:
@@ -33,6 +39,12 @@ def render_phases(phases: list[Phase]) -> str:
         if p.next_action:
             lines.append(f"  {p.phase}: next: {p.next_action}")
     return "\n".join(lines)
+
+
+def _remove_dirs(*paths: Path) -> None:
+    for path in paths:
+        if path.is_dir() and not os.path.ismount(path):
+            path.rmdir()
 
 
 def wait_for_heartbeat(layout: PoolLayout, node_id: str, since: float) -> None:
@@ -62,12 +74,6 @@ def run_demo(endpoint: str, state_dir: Path, pool_dir: Path, out: TextIO) -> int
     store = Store(state_dir / "state.db")
     layout = PoolLayout(pool_dir)
     work = Path(tempfile.mkdtemp(prefix="csihp-demo-"))
-    cap = pb.VolumeCapability(
-        mount=pb.VolumeCapability.MountVolume(fs_type="ext4"),
-        access_mode=pb.VolumeCapability.AccessMode(
-            mode=pb.VolumeCapability.AccessMode.SINGLE_NODE_WRITER
-        ),
-    )
     staging, target = work / "globalmount", work / "pod" / "mount"
     staging.mkdir()
     undo: list[Callable[[], object]] = []
@@ -83,7 +89,7 @@ def run_demo(endpoint: str, state_dir: Path, pool_dir: Path, out: TextIO) -> int
         vol = controller.CreateVolume(
             pb.CreateVolumeRequest(
                 name=f"demo-{int(time.time())}",
-                volume_capabilities=[cap],
+                volume_capabilities=[DEMO_CAPABILITY],
                 capacity_range=pb.CapacityRange(required_bytes=64 * MiB),
             )
         ).volume
@@ -93,7 +99,7 @@ def run_demo(endpoint: str, state_dir: Path, pool_dir: Path, out: TextIO) -> int
 
         ctx = controller.ControllerPublishVolume(
             pb.ControllerPublishVolumeRequest(
-                volume_id=volume_id, node_id=node_id, volume_capability=cap
+                volume_id=volume_id, node_id=node_id, volume_capability=DEMO_CAPABILITY
             )
         ).publish_context
         undo.append(
@@ -107,7 +113,7 @@ def run_demo(endpoint: str, state_dir: Path, pool_dir: Path, out: TextIO) -> int
             pb.NodeStageVolumeRequest(
                 volume_id=volume_id,
                 staging_target_path=str(staging),
-                volume_capability=cap,
+                volume_capability=DEMO_CAPABILITY,
                 publish_context=ctx,
                 volume_context=dict(vol.volume_context),
             )
@@ -124,7 +130,7 @@ def run_demo(endpoint: str, state_dir: Path, pool_dir: Path, out: TextIO) -> int
                 volume_id=volume_id,
                 staging_target_path=str(staging),
                 target_path=str(target),
-                volume_capability=cap,
+                volume_capability=DEMO_CAPABILITY,
                 publish_context=ctx,
             )
         )
@@ -151,7 +157,5 @@ def run_demo(endpoint: str, state_dir: Path, pool_dir: Path, out: TextIO) -> int
             show("after DeleteVolume")
         store.close()
         channel.close()
-        for leftover in (target, target.parent, staging, work):
-            if leftover.is_dir() and not os.path.ismount(leftover):
-                leftover.rmdir()
+        _remove_dirs(target, target.parent, staging, work)
     return 0
