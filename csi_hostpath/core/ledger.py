@@ -166,8 +166,17 @@ class Lease:
     holders: dict[str, int]  # node_id -> the generation it holds
 
 
+def grants(lease: Lease | None, node_id: str, generation: int) -> bool:
+    """May node_id stage the volume under this fencing token? Only on a lease that says so."""
+    return lease is not None and lease.holders.get(node_id) == generation
+
+
 def is_revoked(lease: Lease | None, node_id: str, staged_generation: int) -> bool:
-    """A node must stop using a volume staged under a token the lease no longer grants it."""
-    if lease is None:
-        return True
-    return lease.holders.get(node_id) != staged_generation
+    """Must a node that staged the volume under this token stop using it now?
+
+    Only a lease that exists and no longer grants the token revokes it. A missing or unreadable
+    lease is "unknown", not "revoked": leases are a cache of the durable ledger, rewritten whole
+    on every change and on controller start, and a torn write must never shut a rightful
+    holder's filesystem down.
+    """
+    return lease is not None and lease.holders.get(node_id) != staged_generation

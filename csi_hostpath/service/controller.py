@@ -538,17 +538,10 @@ class ControllerService:
 def sync_lease(store: Store, layout: PoolLayout, volume_id: str) -> None:
     """Write the lease file nodes read so that it says what the ledger says."""
     holders = {p.node_id: p.generation for p in store.publications(volume_id=volume_id)}
-    before = layout.read_lease(volume_id)
-    # A revocation must survive a crash, or a fenced node could read its old grant again. A
-    # grant need not: lost, it reads as "not granted", the node refuses to stage, and the
-    # attacher's retry of ControllerPublishVolume writes it again. So only revocations pay for
-    # the fsyncs.
-    revokes = before is not None and any(
-        holders.get(node) != generation for node, generation in before.holders.items()
-    )
-    layout.write_lease(
-        ledger.Lease(volume_id, store.generation(volume_id), holders), durable=revokes
-    )
+    # Not fsynced: the lease is a cache of the durable ledger, rewritten whole on every change
+    # and by reconcile before the controller serves. A lease lost in a crash reads as unknown:
+    # nodes refuse to stage (the attacher retries) and fence nothing (see core.ledger).
+    layout.write_lease(ledger.Lease(volume_id, store.generation(volume_id), holders), durable=False)
 
 
 def import_node_events(store: Store, layout: PoolLayout) -> int:

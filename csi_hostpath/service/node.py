@@ -194,7 +194,7 @@ class NodeService:
             )
         generation = int(raw)
         lease = self.layout.read_lease(volume_id)
-        if ledger.is_revoked(lease, self.node_id, generation):
+        if not ledger.grants(lease, self.node_id, generation):
             held = lease.holders if lease else {}
             raise GenerationRevoked(
                 f"volume {volume_id}: generation {generation} is not held by node "

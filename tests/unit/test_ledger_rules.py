@@ -187,4 +187,7 @@ def test_revocation() -> None:
     assert ledger.is_revoked(lease, "node-a", 4)
     assert not ledger.is_revoked(lease, "node-b", 5)
     assert ledger.is_revoked(lease, "node-b", 4), "an older token of the same node is void"
-    assert ledger.is_revoked(None, "node-b", 5)
+    assert not ledger.is_revoked(None, "node-b", 5), "a missing lease is unknown, not revoked"
+    assert ledger.grants(lease, "node-b", 5)
+    assert not ledger.grants(lease, "node-b", 4)
+    assert not ledger.grants(None, "node-b", 5), "staging needs a lease that says so"
