@@ -268,8 +268,8 @@ class ControllerService:
         for cap in capabilities:
             try:
                 access.check_capability(cap)
-            except (InvalidRequest, Exception) as e:  # noqa: BLE001 - any refusal means "not confirmed"
-                return False, str(e)
+            except (InvalidRequest, Unsupported) as e:
+                return False, str(e)  # a refusal here means "not confirmed", not an error
             if cap.access_type not in {c.access_type for c in volume.capabilities}:
                 return (
                     False,
