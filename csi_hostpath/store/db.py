@@ -279,19 +279,27 @@ class Store:
             )
 
     def list_volumes(self, starting_token: str, max_entries: int) -> tuple[list[Volume], str]:
-        """A page in creation order. The token is the last seq served, so volumes created or
-        deleted between pages neither repeat nor shift the rest."""
-        after = _parse_token(starting_token)
+        rows, next_token = self._page("volumes", {}, starting_token, max_entries)
+        return [_volume(r) for r in rows], next_token
+
+    def _page(
+        self, table: str, filters: dict[str, str], starting_token: str, max_entries: int
+    ) -> tuple[list[sqlite3.Row], str]:
+        """A page in creation order. The token is the last seq served, so rows created or
+        deleted between pages neither repeat nor shift the rest. table and the filter columns
+        are this module's constants, never client input."""
+        where = " AND ".join(["seq > ?", *(f"{column} = ?" for column in filters)])
+        values = tuple(filters.values())
         limit = max_entries if max_entries > 0 else -1
         rows = self._read(
-            "SELECT * FROM volumes WHERE seq > ? ORDER BY seq LIMIT ?", (after, limit)
+            f"SELECT * FROM {table} WHERE {where} ORDER BY seq LIMIT ?",
+            (_parse_token(starting_token), *values, limit),
         )
-        next_token = ""
-        if rows and max_entries > 0 and len(rows) == max_entries:
-            last = rows[-1]["seq"]
-            more = self._read("SELECT 1 FROM volumes WHERE seq > ? LIMIT 1", (last,))
-            next_token = str(last) if more else ""
-        return [_volume(r) for r in rows], next_token
+        if not rows or max_entries <= 0 or len(rows) < max_entries:
+            return rows, ""
+        last = rows[-1]["seq"]
+        more = self._read(f"SELECT 1 FROM {table} WHERE {where} LIMIT 1", (last, *values))
+        return rows, str(last) if more else ""
 
     def all_volumes(self) -> list[Volume]:
         return [_volume(r) for r in self._read("SELECT * FROM volumes ORDER BY seq")]
@@ -331,27 +339,12 @@ class Store:
     def list_snapshots(
         self, starting_token: str, max_entries: int, *, snapshot_id: str = "", source: str = ""
     ) -> tuple[list[Snapshot], str]:
-        after = _parse_token(starting_token)
-        where, args = ["seq > ?"], [after]
+        filters: dict[str, str] = {}
         if snapshot_id:
-            where.append("snapshot_id = ?")
-            args.append(snapshot_id)  # type: ignore[arg-type]
+            filters["snapshot_id"] = snapshot_id
         if source:
-            where.append("source_volume_id = ?")
-            args.append(source)  # type: ignore[arg-type]
-        limit = max_entries if max_entries > 0 else -1
-        rows = self._read(
-            f"SELECT * FROM snapshots WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?",
-            (*args, limit),
-        )
-        next_token = ""
-        if rows and max_entries > 0 and len(rows) == max_entries:
-            last = rows[-1]["seq"]
-            more = self._read(
-                f"SELECT 1 FROM snapshots WHERE {' AND '.join(where)} LIMIT 1",
-                (last, *args[1:]),
-            )
-            next_token = str(last) if more else ""
+            filters["source_volume_id"] = source
+        rows, next_token = self._page("snapshots", filters, starting_token, max_entries)
         return [_snapshot(r) for r in rows], next_token
 
     # ----- the publish ledger -----
