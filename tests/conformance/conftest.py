@@ -1,0 +1,55 @@
+"""Fixtures for the csi-sanity-equivalent tests: a real `csi-hostpath serve` process per test
+(through the shared `spawn` fixture) and csi-sanity's per-test directories and cleanup."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conformance.sanity import Sanity, SanityConfig
+
+StartSanity = Callable[..., Sanity]
+
+
+@pytest.fixture
+def start_sanity(spawn: Any, workdir: Path) -> Iterator[StartSanity]:
+    """Start a driver (extra CLI arguments allowed) and hand back csi-sanity's test context.
+
+    As csi-sanity does before each test, the target (parent) and staging directories are made
+    fresh, the directory itself only; afterwards every resource the test made is cleaned up
+    through the driver, newest first, and a failing cleanup fails the test (csi-sanity's
+    AfterEach). The shared fixtures then stop the driver and clear any mount or loop device
+    left below the work directory, whatever happened."""
+    made: list[Sanity] = []
+
+    def _start(*extra: str, config: SanityConfig | None = None) -> Sanity:
+        assert not made, "one driver per test, as csi-sanity has one endpoint"
+        _, client = spawn("sanity", *extra)
+        assert client is not None
+        target, staging = workdir / "csi-mount", workdir / "csi-staging"
+        target.mkdir()
+        staging.mkdir()
+        ctx = Sanity(client, config or SanityConfig(), target, staging)
+        made.append(ctx)
+        return ctx
+
+    yield _start
+    for ctx in made:
+        try:
+            ctx.cleanup()
+        finally:
+            # csi-sanity removes both directories and does not fail on what is left in them;
+            # whatever is mounted there is the shared fixtures' to clear.
+            for path in (ctx.target_path, ctx.staging_path):
+                with contextlib.suppress(OSError):
+                    path.rmdir()
+
+
+@pytest.fixture
+def sanity(start_sanity: StartSanity) -> Sanity:
+    """The driver with its default flags, as `make run` serves it, under csi-sanity defaults."""
+    return start_sanity()
