@@ -32,6 +32,7 @@ STATUS_OF: dict[type[Exception], grpc.StatusCode] = {
     errors.WrongAccessForVolume: grpc.StatusCode.FAILED_PRECONDITION,
     errors.NodeAlive: grpc.StatusCode.FAILED_PRECONDITION,
     errors.NotReady: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.TargetBusy: grpc.StatusCode.FAILED_PRECONDITION,
     errors.OnlineResizeUnavailable: grpc.StatusCode.FAILED_PRECONDITION,
     errors.NotImplementedHere: grpc.StatusCode.UNIMPLEMENTED,
     errors.Busy: grpc.StatusCode.ABORTED,

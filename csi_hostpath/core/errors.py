@@ -89,3 +89,7 @@ class NotImplementedHere(DriverError):
 
 class OnlineResizeUnavailable(DriverError):
     """The filesystem can't grow while mounted here; it grows on its next stage."""
+
+
+class TargetBusy(DriverError):
+    """A path can't be unmounted now: a process or a nested mount holds it (the CO retries)."""

@@ -384,6 +384,14 @@ class ControllerService:
         volume = self._require_volume(volume_id)
         if required_bytes <= 0 and limit_bytes <= 0:
             raise InvalidRequest("capacity_range with required_bytes is required")
+        if required_bytes <= 0:
+            # "At most limit_bytes" asks for no growth; below the current size it asks a shrink.
+            if limit_bytes < volume.capacity_bytes:
+                raise CapacityOutOfRange(
+                    f"volume {volume_id} holds {volume.capacity_bytes} bytes; a limit of "
+                    f"{limit_bytes} would shrink it, and volumes never shrink"
+                )
+            return volume.capacity_bytes, False
         with self.inflight.hold(volume_id, "ControllerExpandVolume"):
             volume = self._require_volume(volume_id)
             if required_bytes and required_bytes <= volume.capacity_bytes:

@@ -25,9 +25,11 @@ from csi_hostpath.core.errors import (
     GenerationRevoked,
     Incompatible,
     InvalidRequest,
+    NoCapacity,
     NotStaged,
     OnlineResizeUnavailable,
     PublishedElsewhere,
+    TargetBusy,
     VolumeNotFound,
     WrongAccessForVolume,
 )
@@ -43,7 +45,7 @@ from csi_hostpath.service.controller import FS_TYPE_KEY, GENERATION_KEY
 from csi_hostpath.service.guard import InFlight
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout
-from csi_hostpath.system.base import CommandError, FsStats, LoopDevice, System
+from csi_hostpath.system.base import CommandError, FsStats, LoopDevice, MountEntry, System
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,7 @@ class VolumeStats:
 
 
 EPHEMERAL_KEY = "csi.storage.k8s.io/ephemeral"
+_TOKEN = re.compile(r"[0-9]{1,18}")
 EPHEMERAL_DEFAULT_SIZE = 100 * access.MiB
 _SIZE = re.compile(r"(\d+)(Ki|Mi|Gi|Ti|K|M|G|T)?")
 _UNITS = {
@@ -187,7 +190,7 @@ class NodeService:
     def _generation(self, volume_id: str, publish_context: Mapping[str, str]) -> int:
         """Check the fencing token the CO hands us against the lease the controller wrote."""
         raw = publish_context.get(GENERATION_KEY, "")
-        if not raw.isdigit():
+        if not _TOKEN.fullmatch(raw):
             raise GenerationRevoked(
                 f"volume {volume_id} is not published to node {self.node_id!r}: the "
                 "publish_context carries no fencing generation; call ControllerPublishVolume first"
@@ -202,6 +205,46 @@ class NodeService:
                 "unpublished or force-detached, so this node must not touch the volume"
             )
         return generation
+
+    @staticmethod
+    def _is_ours(entry: MountEntry, device: LoopDevice | None) -> bool:
+        """Is this mount the volume's own: its filesystem (a bind shows the same source device)
+        or, for a block volume, a bind of its device node (devtmpfs, root /loopN)?"""
+        if device is None:
+            return False
+        return entry.source == device.path or entry.root == f"/{os.path.basename(device.path)}"
+
+    def _unmount(self, path: str, *, lazy: bool = False) -> None:
+        try:
+            self.system.mounts.unmount(path, lazy=lazy)
+        except CommandError as e:
+            if "busy" in e.stderr:
+                raise TargetBusy(
+                    f"{path} is busy: a process has files or its working directory in it, or "
+                    "another mount sits beneath it; retry once it is released"
+                ) from e
+            raise
+
+    @staticmethod
+    def _prepare_dir(path: str, what: str) -> None:
+        if os.path.lexists(path) and not os.path.isdir(path):
+            raise InvalidRequest(f"{what} {path} exists and is not a directory")
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as e:
+            raise InvalidRequest(f"{what} {path} can't be created: {e.strerror}") from e
+
+    @staticmethod
+    def _prepare_file(path: str, what: str) -> None:
+        if os.path.isdir(path):
+            raise InvalidRequest(f"{what} {path} is a directory; a block volume needs a file")
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            if not os.path.exists(path):
+                with open(path, "a"):
+                    pass
+        except OSError as e:
+            raise InvalidRequest(f"{what} {path} can't be created: {e.strerror}") from e
 
     def _attach(self, volume_id: str, backing: Path) -> LoopDevice:
         device = self.system.loop.attach(backing, loop_tag(self.node_id, volume_id))
@@ -242,9 +285,17 @@ class NodeService:
                 )
                 if fs_type not in access.SUPPORTED_FS_TYPES:
                     raise WrongAccessForVolume(f"fs_type {fs_type!r} is not supported")
-            device = self._attach(volume_id, backing)
             if cap.access_type == AccessType.MOUNT:
-                self._mount_staging(volume_id, device.path, staging_path, fs_type, cap)
+                self._prepare_dir(staging_path, "staging_target_path")
+            fresh = self.system.loop.find(loop_tag(self.node_id, volume_id)) is None
+            device = self._attach(volume_id, backing)
+            try:
+                if cap.access_type == AccessType.MOUNT:
+                    self._mount_staging(volume_id, device.path, staging_path, fs_type, cap)
+            except BaseException:
+                if fresh:  # leave the kernel as this call found it
+                    self.system.loop.detach(device.path)
+                raise
             self.store.save_staging(
                 NodeStaging(
                     volume_id,
@@ -299,12 +350,30 @@ class NodeService:
             # A clone or restore carries its source's xfs UUID, and the kernel refuses a second
             # mount of one UUID, even in another node plugin's mount namespace on this kernel.
             options.append("nouuid")
-        if not os.path.isdir(staging_path):
-            os.makedirs(staging_path, exist_ok=True)
-        self.system.mounts.mount(device, staging_path, fs_type, options)
+        self._prepare_dir(staging_path, "staging_target_path")
+        try:
+            self.system.mounts.mount(device, staging_path, fs_type, options)
+        except CommandError as e:
+            if cap.mount_flags and self._mounts_without(device, staging_path, fs_type):
+                raise InvalidRequest(
+                    f"the kernel refused the mount flags {list(cap.mount_flags)} for "
+                    f"{fs_type}: {e.stderr.strip()[:300]}"
+                ) from e
+            raise
         if grow:
             log.info("growing the %s of %s to its device", fs_type, volume_id)
             self.system.fs.grow(device, staging_path, fs_type)
+
+    def _mounts_without(self, device: str, staging_path: str, fs_type: str) -> bool:
+        """Does the device mount without the CO's flags? Then the flags were the problem."""
+        try:
+            self.system.mounts.mount(
+                device, staging_path, fs_type, ["ro", "nouuid"] if fs_type == "xfs" else ["ro"]
+            )
+        except CommandError:
+            return False
+        self.system.mounts.unmount(staging_path)
+        return True
 
     def unstage(self, volume_id: str, staging_path: str) -> None:
         if not volume_id:
@@ -314,13 +383,16 @@ class NodeService:
             return
         with self.inflight.hold(volume_id, "NodeUnstageVolume"):
             record = self.store.get_staging(volume_id)
-            self._teardown(
-                record
-                if record is not None and record.staging_path == staging_path
-                else NodeStaging(
-                    volume_id, staging_path, AccessType.MOUNT, AccessMode.UNKNOWN, "", "", 0, 0.0
+            if record is not None and record.staging_path != staging_path:
+                # Not staged there: the spec's answer is OK, and the real staging stays.
+                log.info(
+                    "%s is staged at %s, not %s: nothing to unstage there",
+                    volume_id,
+                    record.staging_path,
+                    staging_path,
                 )
-            )
+                return
+            self._teardown(volume_id, staging_path)
             self._beat_soon.set()
             log.info("unstaged %s from %s", volume_id, staging_path)
 
@@ -422,6 +494,10 @@ class NodeService:
         wanted = volume_context.get("size", "")
         size = parse_size(wanted) if wanted else EPHEMERAL_DEFAULT_SIZE
         size = access.round_capacity(size, 0, fs_type, self.config.max_volume_size)
+        free = self.system.pool.free_bytes()
+        if size > free:
+            # Judged against the pool's filesystem, which the state directory usually shares.
+            raise NoCapacity(f"an inline volume of {size} bytes can't fit: {free} bytes free")
         with self.inflight.hold(volume_id, "NodePublishVolume (ephemeral)"):
             self.ephemeral_dir.mkdir(parents=True, exist_ok=True)
             backing = self.ephemeral_dir / f"{volume_id}.img"
@@ -453,24 +529,25 @@ class NodeService:
     def _bind_target(
         self, volume_id: str, staged: NodeStaging, target_path: str, readonly: bool
     ) -> None:
-        if self.system.mounts.find(target_path) is not None:
-            return
+        device = self.system.loop.find(loop_tag(self.node_id, volume_id))
+        present = self.system.mounts.find(target_path)
+        if present is not None:
+            if self._is_ours(present, device):
+                return
+            raise Incompatible(
+                f"{target_path} already has {present.source} mounted on it, not volume {volume_id}"
+            )
         if staged.access_type == AccessType.MOUNT:
             if self.system.mounts.find(staged.staging_path) is None:
                 raise NotStaged(
                     f"volume {volume_id}: nothing is mounted at {staged.staging_path}; stage again"
                 )
-            os.makedirs(target_path, exist_ok=True)
+            self._prepare_dir(target_path, "target_path")
             self.system.mounts.bind(staged.staging_path, target_path, read_only=readonly)
         else:
-            device = self.system.loop.find(loop_tag(self.node_id, volume_id))
             if device is None:
                 raise NotStaged(f"volume {volume_id} has no loop device on this node; stage again")
-            parent = os.path.dirname(target_path)
-            os.makedirs(parent, exist_ok=True)
-            if not os.path.exists(target_path):
-                with open(target_path, "a"):
-                    pass
+            self._prepare_file(target_path, "target_path")
             self.system.mounts.bind(device.path, target_path, read_only=readonly)
 
     def unpublish(self, volume_id: str, target_path: str) -> None:
@@ -484,7 +561,13 @@ class NodeService:
             record = self.store.get_node_publication(target_path)
             if record is not None and record.volume_id != resolved:
                 raise Incompatible(f"{target_path} belongs to volume {record.volume_id}")
-            self.system.mounts.unmount(target_path)
+            mounted = self.system.mounts.find(target_path)
+            device = self.system.loop.find(loop_tag(self.node_id, resolved))
+            if record is None and (mounted is None or not self._is_ours(mounted, device)):
+                # Nothing of this volume's is there: leave whatever is (the spec's answer is OK).
+                return
+            if mounted is not None:
+                self._unmount(target_path)
             self._remove_target(target_path)
             if record is not None:
                 self.store.delete_node_publication(target_path)
@@ -496,22 +579,23 @@ class NodeService:
                 and self._is_ephemeral(staged.staging_path)
                 and not self.store.node_publications(resolved)
             ):
-                self._teardown(staged)
+                self._teardown(staged.volume_id, staged.staging_path)
                 self.system.pool.remove(self._backing_for(staged))
                 log.info("deleted inline ephemeral volume %s (%s)", volume_id, resolved)
 
-    def _teardown(self, staged: NodeStaging) -> None:
-        """Unmount the staging path, detach the loop device, forget the staging record."""
-        mounted = self.system.mounts.find(staged.staging_path)
-        device = self.system.loop.find(loop_tag(self.node_id, staged.volume_id))
-        if mounted is not None and (device is None or mounted.source == device.path):
-            self.system.mounts.unmount(staged.staging_path)
+    def _teardown(self, volume_id: str, staging_path: str) -> None:
+        """Unmount the staging path if the volume is what is mounted there, detach the loop
+        device, forget the staging record. Never touches a mount that is not the volume's."""
+        mounted = self.system.mounts.find(staging_path)
+        device = self.system.loop.find(loop_tag(self.node_id, volume_id))
+        if mounted is not None and self._is_ours(mounted, device):
+            self._unmount(staging_path)
         if device is not None:
             self.system.loop.detach(device.path)
-        if self._is_ephemeral(staged.staging_path):
+        if self._is_ephemeral(staging_path):
             with suppress(OSError):
-                os.rmdir(staged.staging_path)
-        self.store.delete_staging(staged.volume_id)
+                os.rmdir(staging_path)
+        self.store.delete_staging(volume_id)
 
     def _remove_target(self, target_path: str) -> None:
         # Only what this plugin created: an empty directory or an empty placeholder file.

@@ -177,7 +177,7 @@ def _snapshot(row: sqlite3.Row) -> Snapshot:
 def _parse_token(token: str) -> int:
     if not token:
         return 0
-    if not token.isdigit() or len(token) > 18:
+    if not (token.isascii() and token.isdigit()) or len(token) > 18:
         raise BadPageToken(f"starting_token {token[:40]!r} is not a token this driver issued")
     return int(token)
 

@@ -69,17 +69,7 @@ EPHEMERAL_KEY = "csi.storage.k8s.io/ephemeral"
 # Driver bugs (each pinned by a strict xfail test in test_driver_bugs.py) whose triggers the
 # strategies leave out while they stand, so that every run keeps looking for new failures instead
 # of finding these again. Remove an entry once the driver is fixed and its xfail is gone.
-KNOWN_BUGS = frozenset(
-    {
-        "non-decimal-digit-token",  # ListVolumes/ListSnapshots token "²" -> INTERNAL
-        "non-decimal-digit-generation",  # generation "²" or 5000 digits -> INTERNAL
-        "mount-flags-rejected-by-mount",  # NodeStage with a flag mount(8) refuses -> INTERNAL
-        "ephemeral-size-overflow",  # inline volume size beyond int64 -> INTERNAL
-        "path-of-the-wrong-type",  # block target a directory, a path under a file -> INTERNAL
-        "unpublish-busy-target",  # umount EBUSY (a mount nested beneath) -> INTERNAL
-        "expand-limit-only-shrinks",  # ControllerExpandVolume(limit only) records a shrink
-    }
-)
+KNOWN_BUGS: frozenset[str] = frozenset()  # every bug the fuzz found so far is fixed
 SAFE_MOUNT_FLAGS = ("noatime", "nodiratime", "relatime", "sync", "nodev", "nosuid", "noexec")
 
 

@@ -1,9 +1,7 @@
-"""Driver bugs found by the end-to-end work, each shown by a test that fails today (and one
-since fixed, kept as its regression test).
+"""Driver bugs found by the end-to-end work and the fuzz, each kept as its regression test.
 
-Each failing test is a strict xfail: when the driver is fixed it passes, pytest reports XPASS as a
-failure, and the marker (and, for the bugs the fuzz steps around, the entry in
-test_bad_input.KNOWN_BUGS) must go.
+A new bug goes here first as a strict xfail (and, if the fuzz must step around it meanwhile, as an
+entry in test_bad_input.KNOWN_BUGS); the fix removes both.
 """
 
 from __future__ import annotations
@@ -60,22 +58,12 @@ def _code(call: Callable[[], Any]) -> grpc.StatusCode:
     return C.OK
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="driver bug: store/db.py _parse_token checks str.isdigit(), which is true for '²', "
-    "then int() raises ValueError -> INTERNAL (spec: ABORTED for a bad starting_token)",
-)
 @pytest.mark.parametrize("rpc", ["ListVolumes", "ListSnapshots"])
 def test_page_token_of_non_decimal_digits_is_aborted(drv: Client, rpc: str) -> None:
     request = getattr(pb, f"{rpc}Request")(starting_token="²")
     h.expect_code(C.ABORTED, getattr(drv.controller, rpc), request)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="driver bug: service/node.py _generation checks str.isdigit() then int() raises "
-    "ValueError for '²' and for more than 4300 digits -> INTERNAL, not FAILED_PRECONDITION",
-)
 @pytest.mark.parametrize("generation", ["²", "1" * 5000], ids=["superscript", "5000-digits"])
 def test_stage_with_an_unreadable_generation_is_failed_precondition(
     drv: Client, workdir: Path, node_id: str, generation: str
@@ -89,11 +77,6 @@ def test_stage_with_an_unreadable_generation_is_failed_precondition(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="driver bug: NodeStageVolume with a mount flag that mount(8) refuses answers "
-    "INTERNAL ('a system command failed') and leaves the loop device it attached behind",
-)
 def test_stage_with_a_mount_flag_mount_refuses_is_invalid_and_leaks_nothing(
     drv: Client, workdir: Path, node_id: str
 ) -> None:
@@ -105,12 +88,6 @@ def test_stage_with_a_mount_flag_mount_refuses_is_invalid_and_leaks_nothing(
     assert (code, leaked) == (C.INVALID_ARGUMENT, [])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="driver bug: an inline ephemeral volume with size '99999999999999999999Ti' reaches "
-    "os.ftruncate, whose OverflowError is not an OSError: INTERNAL, and LinuxPool.create "
-    "leaves its .img.tmp file in STATE/ephemeral",
-)
 def test_inline_volume_of_impossible_size_is_refused_cleanly(drv: Client, workdir: Path) -> None:
     request = pb.NodePublishVolumeRequest(
         volume_id="csi-inline-huge",
@@ -127,12 +104,6 @@ def test_inline_volume_of_impossible_size_is_refused_cleanly(drv: Client, workdi
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="driver bug: NodeUnstageVolume at a path where the volume is not staged answers OK "
-    "(right) but detaches its loop device and deletes its staging record (wrong): the real "
-    "staging and target mounts are orphaned and NodePublish says 'not staged'",
-)
 def test_unstage_at_another_path_leaves_the_staged_volume_alone(
     drv: Client, workdir: Path, node_id: str
 ) -> None:
@@ -149,12 +120,6 @@ def test_unstage_at_another_path_leaves_the_staged_volume_alone(
     h.node_publish(drv, vol.volume_id, staging, workdir / "second-target", cap)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="driver bug: a target or staging path of the wrong type (a block volume published "
-    "onto a directory, a filesystem volume onto a regular file, any path under a regular file) "
-    "fails inside mount(8) or os.makedirs -> INTERNAL; a stage also leaves its loop attached",
-)
 @pytest.mark.parametrize(
     "case", ["block-onto-directory", "mount-onto-file", "mount-under-file", "stage-under-file"]
 )
@@ -182,12 +147,6 @@ def test_a_path_of_the_wrong_type_is_refused_cleanly(
     assert not leaked
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="driver bug: NodeUnpublishVolume of a busy target (a process has its working "
-    "directory in it, or another mount sits beneath it) answers INTERNAL from umount's EBUSY; "
-    "a spec code the CO retries (FAILED_PRECONDITION or ABORTED) is due",
-)
 @pytest.mark.parametrize("busy", ["process-inside", "mount-beneath"])
 def test_unpublish_of_a_busy_target_is_a_spec_code(
     drv: Client, workdir: Path, node_id: str, busy: str
@@ -220,12 +179,6 @@ def foreign_mount(workdir: Path) -> Path:
     return point
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="driver bug: NodeUnstageVolume / NodeUnpublishVolume for a volume with no loop "
-    "device and no record on this node unmounts whatever is mounted at the given path "
-    "(node.py _teardown: 'device is None' -> unmount; unpublish unmounts without a record)",
-)
 @pytest.mark.parametrize("rpc", ["NodeUnstageVolume", "NodeUnpublishVolume"])
 def test_unknown_volume_teardown_leaves_a_foreign_mount_alone(
     drv: Client, foreign_mount: Path, rpc: str
@@ -239,13 +192,6 @@ def test_unknown_volume_teardown_leaves_a_foreign_mount_alone(
     assert (foreign_mount / "precious").read_text() == "not the driver's"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="driver bug: NodePublishVolume onto a target where something else is mounted answers "
-    "OK without binding the volume (node.py _bind_target returns when anything is mounted "
-    "there): the pod gets the foreign filesystem, and NodeGetVolumeStats reports that one's "
-    "size as the volume's, healthy",
-)
 def test_publish_onto_a_foreign_mount_does_not_pretend(
     drv: Client, workdir: Path, node_id: str, foreign_mount: Path
 ) -> None:
@@ -288,12 +234,6 @@ def test_two_drivers_with_one_node_id_keep_their_loop_devices(
     assert not stats.volume_condition.abnormal, stats
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="driver bug: ControllerExpandVolume with limit_bytes only (required_bytes 0) rounds "
-    "the limit as for a new volume and records that: a 64 MiB volume 'expanded' with limit "
-    "32 MiB is recorded as 32 MiB, and ControllerGetVolume then calls it abnormal",
-)
 def test_expand_with_only_a_lower_limit_never_shrinks_the_record(drv: Client) -> None:
     vol = h.create(drv, "grow", h.mount_cap("ext4"), 64 * MiB)
     request = pb.ControllerExpandVolumeRequest(
