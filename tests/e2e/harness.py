@@ -18,7 +18,6 @@ joins the same namespace. The pods' reads and writes run inside that namespace t
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import signal
 import subprocess
@@ -52,13 +51,6 @@ class Backoff:
     attempts: int = 50
 
 
-def _die_with_parent() -> None:
-    """Even if the test process itself is killed, the namespace holder goes with it (and the
-    namespace's mounts with the last process in it)."""
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-
-
 class NodeNamespace:
     """A private mount namespace held open by a sleeping process, standing in for a node's host
     mount namespace: plugins come and go, the namespace and its mounts stay."""
@@ -69,8 +61,12 @@ class NodeNamespace:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            ["unshare", "--mount", "--propagation", "private", "sleep", "infinity"],
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - no other threads run yet
+            # setpriv sets the parent-death signal in the child itself (it survives the exec of
+            # unshare and sleep), so the holder dies with the test process even if that is
+            # killed. A Python preexec_fn would run between fork and exec in a process with gRPC
+            # threads, which is not safe.
+            ["setpriv", "--pdeathsig", "KILL", "--", "unshare", "--mount", "--propagation",
+             "private", "sleep", "infinity"],
         )
         # unshare(2) has run once the process has exec'ed sleep; before that, nsenter would
         # join the test's own namespace.
