@@ -447,7 +447,8 @@ class ControllerService:
         if not node_id:
             raise InvalidRequest("node_id is required")
         access.check_capability(cap)
-        self._require_volume(volume_id)
+        if not is_volume_id(volume_id):
+            raise VolumeNotFound(f"volume {volume_id!r} does not exist")
         if self.layout.heartbeat(node_id) is None:
             raise NodeNotFound(
                 f"node {node_id!r} has never sent a heartbeat to pool {self.layout.root}; is its "
@@ -545,11 +546,11 @@ class ControllerService:
 
 def sync_lease(store: Store, layout: PoolLayout, volume_id: str) -> None:
     """Write the lease file nodes read so that it says what the ledger says."""
-    holders = {p.node_id: p.generation for p in store.publications(volume_id=volume_id)}
+    newest, holders = store.lease(volume_id)
     # Not fsynced: the lease is a cache of the durable ledger, rewritten whole on every change
     # and by reconcile before the controller serves. A lease lost in a crash reads as unknown:
     # nodes refuse to stage (the attacher retries) and fence nothing (see core.ledger).
-    layout.write_lease(ledger.Lease(volume_id, store.generation(volume_id), holders), durable=False)
+    layout.write_lease(ledger.Lease(volume_id, newest, holders), durable=False)
 
 
 def import_node_events(store: Store, layout: PoolLayout) -> int:

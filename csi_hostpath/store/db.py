@@ -457,6 +457,18 @@ class Store:
             for r in self._read(sql + " ORDER BY volume_id, published_at", tuple(args))
         ]
 
+    def lease(self, volume_id: str) -> tuple[int, dict[str, int]]:
+        """(the volume's newest generation, node -> generation held), in one read."""
+        rows = self._read(
+            "SELECT v.generation AS newest, p.node_id, p.generation FROM volumes v "
+            "LEFT JOIN publications p ON p.volume_id = v.volume_id WHERE v.volume_id=?",
+            (volume_id,),
+        )
+        if not rows:
+            return 0, {}
+        holders = {r["node_id"]: int(r["generation"]) for r in rows if r["node_id"] is not None}
+        return int(rows[0]["newest"]), holders
+
     def generation(self, volume_id: str) -> int:
         rows = self._read("SELECT generation FROM volumes WHERE volume_id=?", (volume_id,))
         return int(rows[0]["generation"]) if rows else 0
