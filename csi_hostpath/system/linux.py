@@ -118,11 +118,15 @@ def loop_index(device: str) -> int:
 
 
 def _read_sys(path: str) -> str | None:
+    """A sysfs attribute, or None when it is gone. A loop device being detached answers ENODEV
+    or ENXIO for a moment before its loop/ directory disappears."""
     try:
         with open(path, encoding="utf-8", errors="surrogateescape") as handle:
             return handle.read().rstrip("\n")
-    except FileNotFoundError:
-        return None
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENODEV, errno.ENXIO):
+            return None
+        raise
 
 
 # --- pool ----------------------------------------------------------------------------------------
@@ -299,11 +303,21 @@ def _loop_config(backing_fd: int, flags: int, name: bytes) -> bytes:
     return _LOOP_CONFIG_HEAD.pack(backing_fd, 0) + info + _LOOP_CONFIG_RESERVED
 
 
+def _open_loop(device: str, mode: int) -> int | None:
+    """Open a loop device; None when it is gone or on its way out. A device another thread is
+    detaching is in rundown, and the kernel refuses opens with ENXIO until it is free again."""
+    try:
+        return os.open(device, mode | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENXIO):
+            return None
+        raise
+
+
 def _read_tag(device: str) -> str | None:
     """lo_file_name of a configured device; None when it is not (or no longer) configured."""
-    try:
-        fd = os.open(device, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
+    fd = _open_loop(device, os.O_RDONLY)
+    if fd is None:
         return None
     try:
         buf = bytearray(_LOOP_INFO64.size)
@@ -362,8 +376,11 @@ def _wait_for_node(path: str) -> None:
 
 
 def _configure(device: str, backing_fd: int, flags: int, name: bytes) -> bool:
-    """LOOP_CONFIGURE device; False if another process took it first (EBUSY)."""
-    fd = os.open(device, os.O_RDWR | os.O_CLOEXEC)
+    """LOOP_CONFIGURE device; False if another process took it first (EBUSY), or it is still
+    being released by a detach (ENXIO): the caller asks for another free device."""
+    fd = _open_loop(device, os.O_RDWR)
+    if fd is None:
+        return False
     try:
         for extra in (LO_FLAGS_DIRECT_IO, 0):
             try:
@@ -451,10 +468,9 @@ class LinuxLoop:
         for tag, hinted in list(self._hints.items()):
             if hinted == index:
                 self._hints.pop(tag, None)
-        try:
-            fd = os.open(device, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return
+        fd = _open_loop(device, os.O_RDONLY)
+        if fd is None:
+            return  # gone, or already being released
         try:
             # A read-only flag set with BLKROSET outlives the attachment and would make the next
             # volume on this device unformattable, so it goes before the device is released.
