@@ -285,13 +285,9 @@ def inspect_main(args: argparse.Namespace) -> int:
 
 
 def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "never seen"
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds / 3600:.1f}h"
+    from csi_hostpath.service.inspect import human_age
+
+    return "never seen" if seconds is None else human_age(seconds)
 
 
 def _when(ts: float) -> str:

@@ -7,7 +7,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -150,15 +151,22 @@ def spawn(workdir: Path) -> Iterator[Any]:
         handle.stop()
 
 
-@pytest.fixture
-def driver(workdir: Path) -> Iterator[Client]:
-    """An in-process driver (mode all, local scope) on a temporary unix socket, real system."""
+@contextmanager
+def in_process(
+    workdir: Path,
+    name: str,
+    *extra: str,
+    system: Callable[[Path], Any] | None = None,
+) -> Iterator[Client]:
+    """A driver served from this process on a temporary unix socket: `serve` arguments as the
+    CLI parses them, and optionally another system layer, built from the pool directory."""
     from csi_hostpath.cli import build_parser, config_from_args
     from csi_hostpath.server import build_driver, start
 
-    args = build_parser().parse_args(["serve", *driver_args(workdir, "drv")])
-    config = config_from_args(args)
-    drv = build_driver(config)
+    config = config_from_args(
+        build_parser().parse_args(["serve", *driver_args(workdir, name), *extra])
+    )
+    drv = build_driver(config, system=system(config.pool_dir) if system else None)
     start(drv)
     client = Client(config.socket_path)
     try:
@@ -166,22 +174,22 @@ def driver(workdir: Path) -> Iterator[Client]:
     finally:
         client.close()
         drv.stop(grace=1)
+
+
+@pytest.fixture
+def driver(workdir: Path) -> Iterator[Client]:
+    """An in-process driver (mode all, local scope) on the real system layer."""
+    with in_process(workdir, "drv") as client:
+        yield client
 
 
 @pytest.fixture
 def fake_driver(workdir: Path) -> Iterator[Client]:
     """A real gRPC server over the fake system layer, with a 64 MiB pool: fast, needs no root,
     and can run out of space on purpose."""
-    from csi_hostpath.cli import build_parser, config_from_args
-    from csi_hostpath.server import build_driver, start
     from csi_hostpath.system.fake import fake_system
 
-    config = config_from_args(build_parser().parse_args(["serve", *driver_args(workdir, "f")]))
-    drv = build_driver(config, system=fake_system(config.pool_dir, capacity_bytes=64 << 20))
-    start(drv)
-    client = Client(config.socket_path)
-    try:
+    with in_process(
+        workdir, "f", system=lambda pool: fake_system(pool, capacity_bytes=64 << 20)
+    ) as client:
         yield client
-    finally:
-        client.close()
-        drv.stop(grace=1)

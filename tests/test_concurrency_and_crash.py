@@ -13,12 +13,10 @@ from typing import Any
 import grpc
 import pytest
 
-from csi_hostpath.cli import build_parser, config_from_args
-from csi_hostpath.server import build_driver, start
 from csi_hostpath.system.base import Fs, Pool, System
 from csi_hostpath.system.linux import linux_system
 from tests import helpers as h
-from tests.conftest import Client, driver_args
+from tests.conftest import Client, in_process
 from tests.kernel import loops_backed_under
 
 pytestmark = pytest.mark.real
@@ -63,22 +61,19 @@ class GatedPool:
 
 @pytest.fixture
 def gated(workdir: Path) -> Iterator[tuple[Client, Gate]]:
-    args = build_parser().parse_args(["serve", *driver_args(workdir, "gated")])
-    config = config_from_args(args)
-    real = linux_system(config.pool_dir)
     gate = Gate(threading.Event(), threading.Event())
-    system = System(
-        GatedPool(real.pool, gate), real.loop, GatedFs(real.fs, gate), real.mounts, real.devices
-    )
-    drv = build_driver(config, system=system)
-    start(drv)
-    client = Client(config.socket_path)
-    try:
-        yield client, gate
-    finally:
-        gate.release.set()
-        client.close()
-        drv.stop(grace=1)
+
+    def gated_system(pool_dir: Path) -> System:
+        real = linux_system(pool_dir)
+        return System(
+            GatedPool(real.pool, gate), real.loop, GatedFs(real.fs, gate), real.mounts, real.devices
+        )
+
+    with in_process(workdir, "gated", system=gated_system) as client:
+        try:
+            yield client, gate
+        finally:
+            gate.release.set()  # before the server stops, so no call is left waiting
 
 
 def _in_thread(fn: Any, *args: Any) -> tuple[threading.Thread, list[Any]]:

@@ -10,12 +10,10 @@ from typing import Any
 import grpc
 
 from csi_hostpath._pb import csi_pb2 as pb
-from csi_hostpath.cli import build_parser, config_from_args
-from csi_hostpath.server import build_driver, start
 from csi_hostpath.system.base import System
 from csi_hostpath.system.fake import fake_system
 from tests import helpers as h
-from tests.conftest import Client, driver_args
+from tests.conftest import Client, in_process
 
 C = grpc.StatusCode
 MiB = h.MiB
@@ -75,31 +73,31 @@ class SlowCopyPool:
 
 def test_snapshot_operation_pending_aborted(workdir: Path) -> None:
     """ "Operation pending for snapshot" → 10 ABORTED: the name is held during the copy."""
-    config = config_from_args(build_parser().parse_args(["serve", *driver_args(workdir, "g")]))
-    base = fake_system(config.pool_dir)
-    pool = SlowCopyPool(base.pool)
-    system = System(pool, base.loop, base.fs, base.mounts, base.devices)  # type: ignore[arg-type]
-    drv = build_driver(config, system=system)
-    start(drv)
-    client = Client(config.socket_path)
-    try:
-        vol = h.create(client, "a", h.block_cap(), 4 * MiB)
-        outcome: list[Any] = []
-        first = threading.Thread(
-            target=lambda: outcome.append(snapshot(client, vol.volume_id, "racy"))
-        )
-        first.start()
-        assert pool.entered.wait(10)
-        err = h.expect_code(C.ABORTED, snapshot, client, vol.volume_id, "racy")
-        assert "CreateSnapshot" in (err.details() or "")
-        pool.release.set()
-        first.join(20)
-        assert outcome and outcome[0].snapshot_id
-        assert snapshot(client, vol.volume_id, "racy") == outcome[0]
-    finally:
-        pool.release.set()
-        client.close()
-        drv.stop(grace=1)
+    pools: list[SlowCopyPool] = []
+
+    def slow_system(pool_dir: Path) -> System:
+        base = fake_system(pool_dir)
+        pools.append(SlowCopyPool(base.pool))
+        return System(pools[0], base.loop, base.fs, base.mounts, base.devices)  # type: ignore[arg-type]
+
+    with in_process(workdir, "g", system=slow_system) as client:
+        pool = pools[0]
+        try:
+            vol = h.create(client, "a", h.block_cap(), 4 * MiB)
+            outcome: list[Any] = []
+            first = threading.Thread(
+                target=lambda: outcome.append(snapshot(client, vol.volume_id, "racy"))
+            )
+            first.start()
+            assert pool.entered.wait(10)
+            err = h.expect_code(C.ABORTED, snapshot, client, vol.volume_id, "racy")
+            assert "CreateSnapshot" in (err.details() or "")
+            pool.release.set()
+            first.join(20)
+            assert outcome and outcome[0].snapshot_id
+            assert snapshot(client, vol.volume_id, "racy") == outcome[0]
+        finally:
+            pool.release.set()
 
 
 def test_snapshot_not_enough_space_resource_exhausted(fake_driver: Client, workdir: Path) -> None:
@@ -204,18 +202,8 @@ def test_expand_volume_does_not_exist_not_found(fake_driver: Client) -> None:
 def test_expand_unsupported_capacity_out_of_range(workdir: Path) -> None:
     """ "Unsupported capacity" → 11 OUT_OF_RANGE (beyond --max-volume-size, or limit < required).
     "Volume in use" can't happen: expansion is online."""
-    args = build_parser().parse_args(
-        ["serve", *driver_args(workdir, "m"), "--max-volume-size", str(16 * MiB)]
-    )
-    config = config_from_args(args)
-    drv = build_driver(config, system=fake_system(config.pool_dir))
-    start(drv)
-    client = Client(config.socket_path)
-    try:
+    with in_process(workdir, "m", "--max-volume-size", str(16 * MiB), system=fake_system) as client:
         vol = h.create(client, "a", h.block_cap(), 4 * MiB)
         h.expect_code(C.OUT_OF_RANGE, expand, client, vol.volume_id, 32 * MiB)
         h.expect_code(C.OUT_OF_RANGE, expand, client, vol.volume_id, 12 * MiB, 8 * MiB)
         assert expand(client, vol.volume_id, 16 * MiB).capacity_bytes == 16 * MiB
-    finally:
-        client.close()
-        drv.stop(grace=1)
