@@ -7,8 +7,10 @@ import hashlib
 import os
 from pathlib import Path
 
+import grpc
 import pytest
 
+from csi_hostpath._pb import csi_pb2 as pb
 from tests import helpers as h
 from tests.conftest import Client
 from tests.kernel import loops_backed_under, mounts_under
@@ -126,3 +128,62 @@ def test_readonly_publish_refuses_writes(driver: Client, workdir: Path) -> None:
     for t in (rw, ro):
         h.node_unpublish(driver, vol.volume_id, t)
     h.unstage(driver, vol.volume_id, staging)
+
+
+@pytest.mark.parametrize("kind", ["block", "ext4"])
+def test_a_readers_stage_cannot_write_the_device(driver: Client, workdir: Path, kind: str) -> None:
+    """A read-only bind of a block device still opens for writing, and a read-only ext4 mount
+    still replays its journal: a reader's loop device itself must be read-only."""
+    mode = h.Mode.MULTI_NODE_SINGLE_WRITER if kind == "block" else h.Mode.MULTI_NODE_READER_ONLY
+    cap = h.block_cap(mode) if kind == "block" else h.mount_cap("ext4", mode=mode)
+    staging, target = workdir / "st", workdir / "tg"
+    staging.mkdir()
+    if kind == "ext4":
+        blank = h.create(driver, "blank", cap, 32 * MiB)
+        ctx = h.publish(driver, blank.volume_id, "node-a", cap, readonly=True)
+        err = h.expect_code(
+            grpc.StatusCode.FAILED_PRECONDITION, h.stage, driver, blank, staging, cap, ctx
+        )
+        assert "no filesystem yet" in (err.details() or "")
+        h.unpublish(driver, blank.volume_id, "node-a")
+        # A reader volume is normally made from data: clone one a writer filled.
+        writer = h.mount_cap("ext4")
+        src = h.create(driver, "src", writer, 32 * MiB)
+        wctx = h.publish(driver, src.volume_id, "node-a", writer)
+        h.stage(driver, src, staging, writer, wctx)
+        (staging / "data").write_text("for readers")
+        h.unstage(driver, src.volume_id, staging)
+        h.unpublish(driver, src.volume_id, "node-a")
+        vol = driver.controller.CreateVolume(
+            pb.CreateVolumeRequest(
+                name="reader-ext4",
+                volume_capabilities=[cap],
+                volume_content_source=pb.VolumeContentSource(
+                    volume=pb.VolumeContentSource.VolumeSource(volume_id=src.volume_id)
+                ),
+            )
+        ).volume
+    else:
+        vol = h.create(driver, "reader-block", cap, 32 * MiB)
+    backing = workdir / "drv-state" / "pool" / "volumes" / f"{vol.volume_id}.img"
+    before = backing.read_bytes()
+    ctx = h.publish(driver, vol.volume_id, "node-a", cap, readonly=True)
+    assert ctx["readonly"] == "true"
+    h.stage(driver, vol, staging, cap, ctx)
+    h.node_publish(driver, vol.volume_id, staging, target, cap, readonly=True)
+    with pytest.raises(OSError) as info:
+        if kind == "ext4":
+            assert (target / "data").read_text() == "for readers"
+            (target / "new").write_text("no")
+        else:
+            fd = os.open(target, os.O_WRONLY)
+            try:
+                os.write(fd, b"x" * 4096)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    assert info.value.errno in (errno.EROFS, errno.EACCES, errno.EPERM)
+    h.node_unpublish(driver, vol.volume_id, target)
+    h.unstage(driver, vol.volume_id, staging)
+    assert backing.read_bytes() == before, "the reader wrote nothing, not even a journal replay"
+    assert not loops_backed_under(workdir)

@@ -177,6 +177,11 @@ def is_revoked(lease: Lease | None, node_id: str, staged_generation: int) -> boo
     Only a lease that exists and no longer grants the token revokes it. A missing or unreadable
     lease is "unknown", not "revoked": leases are a cache of the durable ledger, rewritten whole
     on every change and on controller start, and a torn write must never shut a rightful
-    holder's filesystem down.
+    holder's filesystem down. Generations only grow, and a grant is never given back under the
+    same generation, so a lease at least as new as the token that does not list it is final.
     """
-    return lease is not None and lease.holders.get(node_id) != staged_generation
+    if lease is None or lease.generation < staged_generation:
+        # A lease older than the token (a slow writer's late rename, or a write lost in a
+        # crash) can't speak about a grant it predates.
+        return False
+    return lease.holders.get(node_id) != staged_generation

@@ -87,6 +87,7 @@ class NodeStaging:
     device: str
     generation: int  # the fencing token the stage was done under; 0 when no ledger was involved
     staged_at: float
+    readonly: bool = False  # the loop device itself is read-only (a reader's stage)
 
 
 @dataclass(frozen=True, slots=True)

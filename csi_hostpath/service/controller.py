@@ -39,6 +39,7 @@ from csi_hostpath.system.base import NoSpace, System
 log = logging.getLogger(__name__)
 
 GENERATION_KEY = "generation"
+READONLY_KEY = "readonly"
 FS_TYPE_KEY = "fsType"
 
 
@@ -485,7 +486,11 @@ class ControllerService:
                     p.readonly,
                     p.generation,
                 )
-            return {GENERATION_KEY: str(decision.publication.generation)}
+            granted = decision.publication
+            return {
+                GENERATION_KEY: str(granted.generation),
+                READONLY_KEY: "true" if granted.readonly else "false",
+            }
 
     def unpublish(self, volume_id: str, node_id: str) -> None:
         if not volume_id:

@@ -21,6 +21,7 @@ from pathlib import Path
 from csi_hostpath.config import Config, PoolScope
 from csi_hostpath.core import access, ledger
 from csi_hostpath.core.errors import (
+    Busy,
     CapacityOutOfRange,
     GenerationRevoked,
     Incompatible,
@@ -41,7 +42,7 @@ from csi_hostpath.core.model import (
     NodeStaging,
 )
 from csi_hostpath.core.naming import is_volume_id, loop_tag, loop_tag_prefix, volume_id_from_tag
-from csi_hostpath.service.controller import FS_TYPE_KEY, GENERATION_KEY
+from csi_hostpath.service.controller import FS_TYPE_KEY, GENERATION_KEY, READONLY_KEY
 from csi_hostpath.service.guard import InFlight
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout
@@ -246,8 +247,10 @@ class NodeService:
         except OSError as e:
             raise InvalidRequest(f"{what} {path} can't be created: {e.strerror}") from e
 
-    def _attach(self, volume_id: str, backing: Path) -> LoopDevice:
-        device = self.system.loop.attach(backing, loop_tag(self.node_id, volume_id))
+    def _attach(self, volume_id: str, backing: Path, *, read_only: bool = False) -> LoopDevice:
+        device = self.system.loop.attach(
+            backing, loop_tag(self.node_id, volume_id), read_only=read_only
+        )
         if device.size_bytes < (self.system.pool.size(backing) or 0):
             # Attached before the backing file grew: make the device see the new size.
             self.system.loop.refresh_capacity(device.path)
@@ -270,13 +273,14 @@ class NodeService:
             backing = self._backing_file(volume_id)
             generation = self._generation(volume_id, publish_context)
             existing = self.store.get_staging(volume_id)
-            if existing is not None and (existing.staging_path, existing.access_type) != (
-                staging_path,
-                cap.access_type,
-            ):
+            if existing is not None and (
+                existing.staging_path,
+                existing.access_type,
+                existing.access_mode,
+            ) != (staging_path, cap.access_type, cap.access_mode):
                 raise Incompatible(
                     f"volume {volume_id} is already staged at {existing.staging_path} for "
-                    f"{existing.access_type.value} access"
+                    f"{existing.access_type.value} access as {existing.access_mode.name}"
                 )
             fs_type = ""
             if cap.access_type == AccessType.MOUNT:
@@ -287,11 +291,18 @@ class NodeService:
                     raise WrongAccessForVolume(f"fs_type {fs_type!r} is not supported")
             if cap.access_type == AccessType.MOUNT:
                 self._prepare_dir(staging_path, "staging_target_path")
+            # A reader's stage gets a read-only loop device: a read-only bind of a block device
+            # still opens for writing, and a read-only ext4 mount still replays its journal.
+            readonly = publish_context.get(READONLY_KEY) == "true" or (
+                cap.access_mode in access.READER_ONLY_MODES
+            )
             fresh = self.system.loop.find(loop_tag(self.node_id, volume_id)) is None
-            device = self._attach(volume_id, backing)
+            device = self._attach(volume_id, backing, read_only=readonly)
             try:
                 if cap.access_type == AccessType.MOUNT:
-                    self._mount_staging(volume_id, device.path, staging_path, fs_type, cap)
+                    self._mount_staging(
+                        volume_id, device.path, staging_path, fs_type, cap, read_only=readonly
+                    )
             except BaseException:
                 if fresh:  # leave the kernel as this call found it
                     self.system.loop.detach(device.path)
@@ -306,6 +317,7 @@ class NodeService:
                     device.path,
                     generation,
                     time.time(),
+                    readonly,
                 )
             )
             self._beat_soon.set()
@@ -318,7 +330,14 @@ class NodeService:
             )
 
     def _mount_staging(
-        self, volume_id: str, device: str, staging_path: str, fs_type: str, cap: Capability
+        self,
+        volume_id: str,
+        device: str,
+        staging_path: str,
+        fs_type: str,
+        cap: Capability,
+        *,
+        read_only: bool = False,
     ) -> None:
         mounted = self.system.mounts.find(staging_path)
         if mounted is not None:
@@ -328,6 +347,11 @@ class NodeService:
         found = self.system.fs.probe(device)
         grow = False
         if found is None:
+            if read_only:
+                raise WrongAccessForVolume(
+                    f"volume {volume_id} holds no filesystem yet, and a read-only stage can't "
+                    "make one: a writer must stage it first, or restore it from a snapshot"
+                )
             log.info("formatting %s (%s) as %s", volume_id, device, fs_type)
             self.system.fs.mkfs(device, fs_type)
         elif found != fs_type:
@@ -344,7 +368,7 @@ class NodeService:
                 self.system.fs.grow_offline(device, fs_type)
                 grow = False
         options = list(cap.mount_flags)
-        if cap.access_mode in access.READER_ONLY_MODES:
+        if cap.access_mode in access.READER_ONLY_MODES or read_only:
             options.append("ro")
         if fs_type == "xfs" and "nouuid" not in options:
             # A clone or restore carries its source's xfs UUID, and the kernel refuses a second
@@ -760,11 +784,13 @@ class NodeService:
             return
         device = self.system.loop.find(loop_tag(self.node_id, s.volume_id))
         if device is None:
-            device = self._attach(s.volume_id, backing)
+            device = self._attach(s.volume_id, backing, read_only=s.readonly)
             log.warning("repair: re-attached %s on %s", s.volume_id, device.path)
         if s.access_type == AccessType.MOUNT and self.system.mounts.find(s.staging_path) is None:
             cap = Capability(AccessType.MOUNT, s.access_mode, s.fs_type)
-            self._mount_staging(s.volume_id, device.path, s.staging_path, s.fs_type, cap)
+            self._mount_staging(
+                s.volume_id, device.path, s.staging_path, s.fs_type, cap, read_only=s.readonly
+            )
             log.warning("repair: re-mounted %s at %s", s.volume_id, s.staging_path)
         if device.path != s.device:
             self.store.save_staging(
@@ -777,6 +803,7 @@ class NodeService:
                     device.path,
                     s.generation,
                     s.staged_at,
+                    s.readonly,
                 )
             )
 
@@ -792,14 +819,29 @@ class NodeService:
 
     def fence_revoked(self) -> list[str]:
         fenced = []
-        for s in self.store.stagings():
-            if s.generation == 0:
+        for seen in self.store.stagings():
+            if seen.generation == 0:
                 continue
-            lease = self.layout.read_lease(s.volume_id)
-            if ledger.is_revoked(lease, self.node_id, s.generation):
-                with self.inflight.hold(s.volume_id, "fence"):
-                    self._fence(s, lease)
-                fenced.append(s.volume_id)
+            if not ledger.is_revoked(
+                self.layout.read_lease(seen.volume_id), self.node_id, seen.generation
+            ):
+                continue
+            try:
+                with self.inflight.hold(seen.volume_id, "fence"):
+                    # Decide again under the guard: a NodeStage may have re-staged the volume
+                    # under a newer grant since the first read.
+                    current = self.store.get_staging(seen.volume_id)
+                    lease = self.layout.read_lease(seen.volume_id)
+                    if current is None or not ledger.is_revoked(
+                        lease, self.node_id, current.generation
+                    ):
+                        continue
+                    self._fence(current, lease)
+                fenced.append(seen.volume_id)
+            except Busy:
+                log.warning(
+                    "volume %s is revoked but busy; fencing it on the next pass", seen.volume_id
+                )
         return fenced
 
     def _fence(self, s: NodeStaging, lease: ledger.Lease | None) -> None:

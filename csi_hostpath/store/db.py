@@ -88,7 +88,8 @@ CREATE TABLE IF NOT EXISTS node_staged (
     fs_type TEXT NOT NULL,
     device TEXT NOT NULL,
     generation INTEGER NOT NULL,
-    staged_at REAL NOT NULL
+    staged_at REAL NOT NULL,
+    readonly INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS node_published (
     target_path TEXT PRIMARY KEY,
@@ -519,7 +520,7 @@ class Store:
     def save_staging(self, s: NodeStaging) -> None:
         with self._tx() as db:
             db.execute(
-                "INSERT OR REPLACE INTO node_staged VALUES (?,?,?,?,?,?,?,?)",
+                "INSERT OR REPLACE INTO node_staged VALUES (?,?,?,?,?,?,?,?,?)",
                 (
                     s.volume_id,
                     s.staging_path,
@@ -529,6 +530,7 @@ class Store:
                     s.device,
                     s.generation,
                     s.staged_at,
+                    int(s.readonly),
                 ),
             )
 
@@ -588,6 +590,7 @@ def _staging(row: sqlite3.Row) -> NodeStaging:
         device=row["device"],
         generation=row["generation"],
         staged_at=row["staged_at"],
+        readonly=bool(row["readonly"]),
     )
 
 

@@ -188,6 +188,8 @@ def test_revocation() -> None:
     assert not ledger.is_revoked(lease, "node-b", 5)
     assert ledger.is_revoked(lease, "node-b", 4), "an older token of the same node is void"
     assert not ledger.is_revoked(None, "node-b", 5), "a missing lease is unknown, not revoked"
+    stale = ledger.Lease(VOLUME_ID, 4, {})  # written by a slow writer before the grant of 5
+    assert not ledger.is_revoked(stale, "node-b", 5), "a lease older than the token says nothing"
     assert ledger.grants(lease, "node-b", 5)
     assert not ledger.grants(lease, "node-b", 4)
     assert not ledger.grants(None, "node-b", 5), "staging needs a lease that says so"
