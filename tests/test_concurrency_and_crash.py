@@ -182,3 +182,22 @@ def test_restart_after_reboot_restores_staging_and_targets(spawn: Any, workdir: 
         h.unstage(client, vol.volume_id, staging)
     finally:
         client.close()
+
+
+def test_start_sweeps_what_a_crash_left_mid_copy_or_mid_create(spawn: Any, workdir: Path) -> None:
+    """A kill -9 during a clone, restore or snapshot leaves a *.tmp copy in the pool, and one
+    during an inline volume's creation leaves a file no record claims: the restart removes them."""
+    state = workdir / "sweep-state"
+    leftovers = [
+        state / "pool" / "volumes" / f"vol-{'a' * 32}.img.tmp",
+        state / "pool" / "snapshots" / f"snap-{'b' * 32}.img.tmp",
+        state / "pool" / "volumes" / f"vol-{'c' * 32}.img",
+        state / "ephemeral" / f"vol-{'d' * 32}.img",
+    ]
+    for path in leftovers:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"partial")
+    handle, client = spawn("sweep")
+    assert client is not None
+    assert [p for p in leftovers if p.exists()] == []
+    assert handle.log().count("repair: removing") == len(leftovers)

@@ -433,3 +433,23 @@ def test_stats_on_unpublished_path_is_not_found(driver: Client, workdir: Path) -
         driver.node.NodeGetVolumeStats,
         pb.NodeGetVolumeStatsRequest(volume_id=vol.volume_id, volume_path=str(workdir)),
     )
+
+
+def test_paths_inside_the_drivers_state_directory_are_refused(
+    driver: Client, workdir: Path
+) -> None:
+    """The CO's staging and target paths never lie in the driver's own state directory, where
+    inline volumes and the store live."""
+    vol = h.create(driver, "inside", CAP, 32 * h.MiB)
+    ctx = h.publish(driver, vol.volume_id, "node-a", CAP)
+    inside = workdir / "drv-state" / "ephemeral" / f"{vol.volume_id}.mnt"
+    h.expect_code(C.INVALID_ARGUMENT, h.stage, driver, vol, inside, CAP, ctx)
+    h.expect_code(
+        C.INVALID_ARGUMENT,
+        h.node_publish,
+        driver,
+        vol.volume_id,
+        workdir / "st",
+        workdir / "drv-state" / "x",
+        CAP,
+    )

@@ -212,7 +212,10 @@ class ControllerService:
         if not source_file.exists():
             raise VolumeNotFound(f"the backing file of the source {source_file.name} is missing")
         if source is not None and source.kind == "volume":
-            with self.consistency(source.source_id):
+            with (
+                self.inflight.hold(source.source_id, "CreateVolume (clone source)"),
+                self.consistency(source.source_id),
+            ):
                 self.system.pool.copy_sparse(source_file, dest)
         else:
             self.system.pool.copy_sparse(source_file, dest)
@@ -317,6 +320,11 @@ class ControllerService:
                     )
                 return existing
             volume = self._require_volume(source_volume_id)
+            return self._snapshot_locked(volume, name)
+
+    def _snapshot_locked(self, volume: Volume, name: str) -> Snapshot:
+        # The source is held too, so a DeleteVolume can't remove the file mid-copy.
+        with self.inflight.hold(volume.volume_id, "CreateSnapshot (source)"):
             source = self.layout.volume_file(volume.volume_id)
             if not source.exists():
                 raise VolumeNotFound(f"volume {volume.volume_id} has lost its backing file")
@@ -396,8 +404,10 @@ class ControllerService:
         with self.inflight.hold(volume_id, "ControllerExpandVolume"):
             volume = self._require_volume(volume_id)
             if required_bytes and required_bytes <= volume.capacity_bytes:
-                # Never a shrink: the volume already satisfies the request.
-                return volume.capacity_bytes, False
+                # Never a shrink: the volume already satisfies the request. The node step is
+                # still asked for: this may be the retry of a call whose answer was lost before
+                # the resizer saw it, and NodeExpandVolume is idempotent.
+                return volume.capacity_bytes, True
             size = access.round_capacity(
                 required_bytes, limit_bytes, volume.fs_type, self.config.max_volume_size
             )
@@ -520,6 +530,10 @@ class ControllerService:
             if path.stem not in known:
                 log.warning("repair: removing %s, which no volume record claims", path)
                 self.system.pool.remove(path)
+        for leftover in [*self.layout.volumes.glob("*.tmp"), *self.layout.snapshots.glob("*.tmp")]:
+            # A copy (clone, restore, snapshot) interrupted by a crash; never committed.
+            log.warning("repair: removing %s, an interrupted copy", leftover)
+            leftover.unlink(missing_ok=True)
         snaps = {s.snapshot_id for s in self.store.list_snapshots("", 0)[0]}
         for path in sorted(self.layout.snapshots.glob("snap-*.img")):
             if path.stem not in snaps:

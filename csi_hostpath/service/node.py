@@ -257,6 +257,14 @@ class NodeService:
         return device
 
     # ----- stage -----
+    def _outside_state(self, path: str, what: str) -> str:
+        """The CO's paths never lie inside the driver's own state directory (where inline
+        volumes and the store live)."""
+        state = str(self.config.state_dir).rstrip("/") + "/"
+        if path.startswith(state) or path == state.rstrip("/"):
+            raise InvalidRequest(f"{what} {path} is inside the driver's state directory")
+        return path
+
     def stage(
         self,
         volume_id: str,
@@ -267,7 +275,9 @@ class NodeService:
     ) -> None:
         if not volume_id:
             raise InvalidRequest("volume_id is required")
-        staging_path = check_path(staging_path, "staging_target_path")
+        staging_path = self._outside_state(
+            check_path(staging_path, "staging_target_path"), "staging_target_path"
+        )
         access.check_capability(cap)
         with self.inflight.hold(volume_id, "NodeStageVolume"):
             backing = self._backing_file(volume_id)
@@ -432,7 +442,7 @@ class NodeService:
     ) -> None:
         if not volume_id:
             raise InvalidRequest("volume_id is required")
-        target_path = check_path(target_path, "target_path")
+        target_path = self._outside_state(check_path(target_path, "target_path"), "target_path")
         access.check_capability(cap)
         if (volume_context or {}).get(EPHEMERAL_KEY) == "true":
             self._publish_ephemeral(volume_id, target_path, cap, readonly, volume_context or {})
@@ -535,7 +545,13 @@ class NodeService:
                     )
                 self.system.pool.create(backing, size)
                 device = self._attach(volume_id, backing)
-                self._mount_staging(volume_id, device.path, staging, fs_type, cap)
+                try:
+                    self._mount_staging(volume_id, device.path, staging, fs_type, cap)
+                except BaseException:
+                    # Nothing records it yet, so nothing would ever remove it: undo now.
+                    self.system.loop.detach(device.path)
+                    self.system.pool.remove(backing)
+                    raise
                 staged = NodeStaging(
                     volume_id,
                     staging,
@@ -764,6 +780,7 @@ class NodeService:
                     self._bind_target(p.volume_id, s2, p.target_path, p.readonly)
                 except Exception:
                     log.exception("re-binding %s failed", p.target_path)
+        self._sweep_ephemeral(stagings)
         for device in self.system.loop.list(loop_tag_prefix(self.node_id)):
             vid = volume_id_from_tag(device.tag)
             # A tag names the node, but two plugins misconfigured with one node ID could share
@@ -773,6 +790,19 @@ class NodeService:
             mine = backing.startswith((f"{self.layout.volumes}/", f"{self.ephemeral_dir}/"))
             if vid is not None and vid not in stagings and mine:
                 self._drop_untracked(vid, device)
+
+    def _sweep_ephemeral(self, stagings: dict[str, NodeStaging]) -> None:
+        """Inline volumes a crash left before their record was written: nothing else would ever
+        remove them. Their loop devices, if any, go with the untracked ones just below."""
+        if not self.ephemeral_dir.is_dir():
+            return
+        for path in sorted(self.ephemeral_dir.iterdir()):
+            volume_id = path.name.split(".", 1)[0]
+            if path.suffix in (".img", ".tmp") and volume_id not in stagings:
+                if self.system.loop.find(loop_tag(self.node_id, volume_id)) is not None:
+                    continue  # dropped with its device below; swept on the next start
+                log.warning("repair: removing %s, an inline volume no record claims", path)
+                path.unlink(missing_ok=True)
 
     def _repair_staging(self, s: NodeStaging) -> None:
         backing = self._backing_for(s)
