@@ -71,7 +71,18 @@ def test_multi_attach_refused_force_detach_and_fencing(spawn: Any, workdir: Path
     _ctrl_proc, ctrl = spawn(
         "ctrl", "--mode", "controller", *shared, "--heartbeat-interval", "0.3", node_id="controller"
     )
-    node_flags = ["--mode", "node", *shared, "--fence-interval", "1", "--heartbeat-interval", "0.3"]
+    # Every plugin gets the grace period the operator's force-detach below uses.
+    node_flags = [
+        "--mode",
+        "node",
+        *shared,
+        "--fence-interval",
+        "1",
+        "--heartbeat-interval",
+        "0.3",
+        "--node-grace",
+        "3",
+    ]
     a_proc, a = spawn("node-a", *node_flags, node_id="node-a", prefix=UNSHARE)
     b_proc, b = spawn("node-b", *node_flags, node_id="node-b", prefix=UNSHARE)
     assert a_proc.proc is not None and b_proc.proc is not None
@@ -178,3 +189,45 @@ def test_multi_attach_refused_force_detach_and_fencing(spawn: Any, workdir: Path
     h.unpublish(ctrl, vid, "node-b")
     h.delete(ctrl, vid)
     assert not loops_backed_under(workdir)
+
+
+def test_no_two_live_stagers_after_an_unpublish_behind_a_nodes_back(
+    spawn: Any, workdir: Path
+) -> None:
+    """Kubernetes unpublishes a node it can't reach after a timeout, even if that node's plugin
+    is alive and has the volume mounted. The next node may publish at once, but it can't stage
+    while the old node's fresh heartbeat still lists the volume: ABORTED (retry) until the old
+    node has fenced itself."""
+    pool = str(workdir / "pool")
+    shared = ["--pool-scope", "shared", "--pool-dir", pool]
+    _ctrl, ctrl = spawn("ctrl", "--mode", "controller", *shared, node_id="controller")
+    flags = ["--mode", "node", *shared, "--heartbeat-interval", "0.3", "--fence-interval", "2"]
+    a_proc, a = spawn("node-a", *flags, node_id="node-a", prefix=UNSHARE)
+    _b_proc, b = spawn("node-b", *flags, node_id="node-b", prefix=UNSHARE)
+    cap = h.mount_cap("ext4")
+    vol = h.create(ctrl, "moved", cap, 32 * h.MiB)
+    ctx_a = h.publish(ctrl, vol.volume_id, "node-a", cap)
+    a_staging, b_staging = workdir / "a" / "st", workdir / "b" / "st"
+    a_staging.mkdir(parents=True)
+    b_staging.mkdir(parents=True)
+    h.stage(a, vol, a_staging, cap, ctx_a)
+
+    h.unpublish(ctrl, vol.volume_id, "node-a")  # behind node-a's back: it still has it mounted
+    ctx_b = h.publish(ctrl, vol.volume_id, "node-b", cap)
+    err = h.expect_code(C.ABORTED, h.stage, b, vol, b_staging, cap, ctx_b)
+    assert "node-a" in (err.details() or "")
+
+    wait_for(lambda: "FENCING volume" in a_proc.log(), 10, "node-a to fence itself")
+    wait_for(lambda: _stages(b, vol, b_staging, cap, ctx_b), 10, "node-b's stage to go through")
+    assert a_proc.proc is not None
+    assert not any(str(a_staging) == m for m in mount_points(a_proc.proc.pid))
+    h.unstage(b, vol.volume_id, b_staging)
+
+
+def _stages(client: Any, vol: Any, staging: Path, cap: Any, ctx: dict[str, str]) -> bool:
+    try:
+        h.stage(client, vol, staging, cap, ctx)
+    except grpc.RpcError as e:
+        assert e.code() == C.ABORTED, e
+        return False
+    return True

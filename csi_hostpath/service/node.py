@@ -282,6 +282,8 @@ class NodeService:
         with self.inflight.hold(volume_id, "NodeStageVolume"):
             backing = self._backing_file(volume_id)
             generation = self._generation(volume_id, publish_context)
+            if cap.access_mode in access.SINGLE_NODE_MODES:
+                self._check_no_other_live_stager(volume_id)
             existing = self.store.get_staging(volume_id)
             if existing is not None and (
                 existing.staging_path,
@@ -338,6 +340,23 @@ class NodeService:
                 device.path,
                 fs_type or "block",
             )
+
+    def _check_no_other_live_stager(self, volume_id: str) -> None:
+        """The ledger moved the volume here, but the node it came from may still be alive and
+        mounted: Kubernetes unpublishes a node it can't reach after a timeout, and a forced
+        detach can be taken against a live node. Until that node reports the volume gone (it
+        fences itself within its fence interval) or falls silent past the grace period, staging
+        here would put two writers on one filesystem."""
+        for beat in self.layout.heartbeats():
+            if beat.node_id == self.node_id or volume_id not in beat.volumes:
+                continue
+            age = beat.age()
+            if age < self.config.node_grace:
+                raise Busy(
+                    f"volume {volume_id} is still staged on node {beat.node_id!r} (its heartbeat "
+                    f"{age:.0f}s ago says so); it unstages or fences itself first, or goes silent "
+                    f"for {self.config.node_grace:.0f}s. Retrying is safe"
+                )
 
     def _mount_staging(
         self,
@@ -427,7 +446,8 @@ class NodeService:
                 )
                 return
             self._teardown(volume_id, staging_path)
-            self._beat_soon.set()
+            # Written now, not soon: another node may be waiting to stage this volume.
+            self.beat()
             log.info("unstaged %s from %s", volume_id, staging_path)
 
     # ----- publish -----
@@ -872,6 +892,8 @@ class NodeService:
                 log.warning(
                     "volume %s is revoked but busy; fencing it on the next pass", seen.volume_id
                 )
+        if fenced:
+            self.beat()  # the next holder waits for this node to stop listing the volume
         return fenced
 
     def _fence(self, s: NodeStaging, lease: ledger.Lease | None) -> None:

@@ -84,7 +84,18 @@ def make_cluster(
         controller = Plugin("controller", handle, client)
         plugins.append(controller)
         cluster = Cluster(workdir, controller)
-        flags = ["--mode", "node", *shared, *beat, "--fence-interval", FENCE_INTERVAL]
+        # The grace period S4's force-detach uses: a node plugin refuses to stage a volume that
+        # another node's fresh heartbeat still lists, and "fresh" must mean the same to both.
+        flags = [
+            "--mode",
+            "node",
+            *shared,
+            *beat,
+            "--fence-interval",
+            FENCE_INTERVAL,
+            "--node-grace",
+            "2",
+        ]
         for name in nodes:
             node_id = unique_node_id(name, run_id)
             ns = namespaces(name)
