@@ -3,11 +3,13 @@ ControllerExpandVolume, one test per row (rows that can't happen in this driver 
 
 from __future__ import annotations
 
+import subprocess
 import threading
 from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.system.base import System
@@ -207,3 +209,19 @@ def test_expand_unsupported_capacity_out_of_range(workdir: Path) -> None:
         h.expect_code(C.OUT_OF_RANGE, expand, client, vol.volume_id, 32 * MiB)
         h.expect_code(C.OUT_OF_RANGE, expand, client, vol.volume_id, 12 * MiB, 8 * MiB)
         assert expand(client, vol.volume_id, 16 * MiB).capacity_bytes == 16 * MiB
+
+
+@pytest.mark.real
+def test_snapshot_not_enough_space_on_a_real_pool(workdir: Path) -> None:
+    """The same row as above on the real system layer: a pool on a 64 MiB tmpfs, a volume with
+    40 MiB of data, and a snapshot that can't fit → RESOURCE_EXHAUSTED, and no partial copy."""
+    pool = workdir / "small-pool"
+    pool.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "csihp-small", str(pool)], check=True)
+    with in_process(workdir, "r", "--pool-dir", str(pool), "--pool-scope", "shared") as client:
+        vol = h.create(client, "full", h.block_cap(), 48 * MiB)
+        with open(pool / "volumes" / f"{vol.volume_id}.img", "r+b") as f:
+            f.write(b"\x01" * (40 * MiB))
+        err = h.expect_code(C.RESOURCE_EXHAUSTED, snapshot, client, vol.volume_id, "too-big")
+        assert "room" in (err.details() or "")
+        assert list((pool / "snapshots").iterdir()) == [], "no partial copy is left"
