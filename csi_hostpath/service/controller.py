@@ -569,7 +569,7 @@ def sync_lease(store: Store, layout: PoolLayout, volume_id: str) -> None:
     # Not fsynced: the lease is a cache of the durable ledger, rewritten whole on every change
     # and by reconcile before the controller serves. A lease lost in a crash reads as unknown:
     # nodes refuse to stage (the attacher retries) and fence nothing (see core.ledger).
-    layout.write_lease(ledger.Lease(volume_id, newest, holders), durable=False)
+    layout.write_lease(ledger.Lease(volume_id, newest, holders))
 
 
 def import_node_events(store: Store, layout: PoolLayout) -> int:

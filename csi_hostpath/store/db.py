@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from csi_hostpath.core import ledger
 from csi_hostpath.core.errors import BadPageToken, VolumeNotFound
@@ -100,8 +100,6 @@ CREATE TABLE IF NOT EXISTS node_published (
     mount_flags TEXT NOT NULL
 );
 """
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -573,11 +571,6 @@ class Store:
     def delete_node_publication(self, target_path: str) -> None:
         with self._tx() as db:
             db.execute("DELETE FROM node_published WHERE target_path=?", (target_path,))
-
-    def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """For tests and tools: run fn inside one write transaction."""
-        with self._tx() as db:
-            return fn(db)
 
 
 def _staging(row: sqlite3.Row) -> NodeStaging:

@@ -97,7 +97,8 @@ class PoolLayout:
         return self.snapshots / f"{snapshot_id}.img"
 
     # ----- leases -----
-    def write_lease(self, lease: Lease, *, durable: bool = True) -> None:
+    def write_lease(self, lease: Lease) -> None:
+        # Not fsynced: a lease is a cache of the durable ledger (see service.controller.sync_lease).
         path = self.leases / f"{lease.volume_id}.json"
         body = {
             "volume_id": lease.volume_id,
@@ -105,7 +106,7 @@ class PoolLayout:
             "holders": lease.holders,
             "written_at": time.time(),
         }
-        write_atomically(path, json.dumps(body, sort_keys=True).encode(), durable=durable)
+        write_atomically(path, json.dumps(body, sort_keys=True).encode(), durable=False)
 
     def read_lease(self, volume_id: str) -> Lease | None:
         if not is_volume_id(volume_id):
