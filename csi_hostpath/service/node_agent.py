@@ -1,0 +1,175 @@
+"""The node's background agent: heartbeats that tell operators and other nodes what this node
+holds, and fencing of volumes whose lease moved to another node."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from csi_hostpath.config import Config
+from csi_hostpath.core import ledger
+from csi_hostpath.core.errors import Busy
+from csi_hostpath.core.model import AccessType, NodeStaging
+from csi_hostpath.core.naming import loop_tag
+from csi_hostpath.service.guard import InFlight
+from csi_hostpath.service.node_mounts import NodeMounts
+from csi_hostpath.store.db import Store
+from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.system.base import System
+
+# One logger for all of the node plugin, named as before it was split into modules.
+log = logging.getLogger("csi_hostpath.service.node")
+
+
+class NodeAgent:
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        system: System,
+        layout: PoolLayout,
+        mounts: NodeMounts,
+        inflight: InFlight,
+    ) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.store = store
+        self.system = system
+        self.layout = layout
+        self.mounts = mounts
+        self.inflight = inflight
+        self._stop = threading.Event()
+        # Node RPCs ask for a heartbeat (so inspect sees a stage at once) without paying for the
+        # file write themselves; the background thread writes it, coalescing bursts.
+        self._beat_soon = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def beat_soon(self) -> None:
+        """Ask the background thread for a heartbeat at its next wake-up."""
+        self._beat_soon.set()
+
+    def beat(self) -> None:
+        """Heartbeat, carrying what this node has staged and published (for operators)."""
+        targets: dict[str, list[str]] = {}
+        for p in self.store.node_publications():
+            targets.setdefault(p.volume_id, []).append(p.target_path)
+        volumes = {
+            s.volume_id: {
+                "staging": s.staging_path,
+                "device": s.device,
+                "access_type": s.access_type.value,
+                "generation": s.generation,
+                "targets": sorted(targets.get(s.volume_id, [])),
+            }
+            for s in self.store.stagings()
+        }
+        self.layout.beat(self.node_id, volumes)
+
+    def fence_revoked(self) -> list[str]:
+        fenced = []
+        for seen in self.store.stagings():
+            if seen.generation == 0:
+                continue
+            if not ledger.is_revoked(
+                self.layout.read_lease(seen.volume_id), self.node_id, seen.generation
+            ):
+                continue
+            try:
+                with self.inflight.hold(seen.volume_id, "fence"):
+                    # Decide again under the guard: a NodeStage may have re-staged the volume
+                    # under a newer grant since the first read.
+                    current = self.store.get_staging(seen.volume_id)
+                    lease = self.layout.read_lease(seen.volume_id)
+                    if current is None or not ledger.is_revoked(
+                        lease, self.node_id, current.generation
+                    ):
+                        continue
+                    self._fence(current, lease)
+                fenced.append(seen.volume_id)
+            except Busy:
+                log.warning(
+                    "volume %s is revoked but busy; fencing it on the next pass", seen.volume_id
+                )
+        if fenced:
+            self.beat()  # the next holder waits for this node to stop listing the volume
+        return fenced
+
+    def _fence(self, s: NodeStaging, lease: ledger.Lease | None) -> None:
+        held = lease.holders if lease else {}
+        log.warning(
+            "FENCING volume %s: this node (%s) staged it under generation %d, but the ledger "
+            "now grants it to %s. Cutting off all I/O now.",
+            s.volume_id,
+            self.node_id,
+            s.generation,
+            held or "nobody",
+        )
+        targets = self.store.node_publications(s.volume_id)
+        if s.access_type == AccessType.MOUNT and self.system.mounts.find(s.staging_path):
+            try:
+                self.system.fs.shutdown(s.staging_path)
+            except Exception:
+                log.exception("filesystem shutdown of %s failed; unmounting anyway", s.staging_path)
+        for p in targets:
+            self.system.mounts.unmount(p.target_path, lazy=True)
+            self.mounts.remove_target(p.target_path)
+            self.store.delete_node_publication(p.target_path)
+        if s.access_type == AccessType.MOUNT:
+            self.system.mounts.unmount(s.staging_path, lazy=True)
+        device = self.system.loop.find(loop_tag(self.node_id, s.volume_id))
+        if device is not None:
+            self.system.loop.detach(device.path)
+        self.store.delete_staging(s.volume_id)
+        self.store.record(
+            "node:" + self.node_id,
+            "fenced",
+            s.volume_id,
+            self.node_id,
+            s.generation,
+            f"ledger holders now {held or 'none'}",
+        )
+        self.layout.record_event(
+            "fenced",
+            s.volume_id,
+            self.node_id,
+            s.generation,
+            f"ledger holders now {held or 'none'}",
+        )
+        if s.access_type == AccessType.BLOCK:
+            log.warning(
+                "fenced block volume %s: bind mounts removed and loop detached, but a process "
+                "that already holds the device open keeps its I/O until it closes it (no "
+                "device-mapper here to cut it off)",
+                s.volume_id,
+            )
+
+    def start_background(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="node-heartbeat", daemon=True)
+        self._thread.start()
+
+    def stop_background(self) -> None:
+        self._stop.set()
+        self._beat_soon.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        tick = min(self.config.heartbeat_interval, self.config.fence_interval)
+        next_beat = next_fence = time.monotonic()
+        while not self._stop.is_set():
+            self._beat_soon.wait(max(0.0, min(next_beat, next_fence) - time.monotonic()))
+            if self._stop.is_set():
+                return
+            try:
+                now = time.monotonic()
+                if self._beat_soon.is_set() or now >= next_beat:
+                    self._beat_soon.clear()
+                    self.beat()
+                    next_beat = now + tick
+                if now >= next_fence:
+                    next_fence = now + self.config.fence_interval
+                    self.fence_revoked()
+            except Exception:
+                log.exception("heartbeat/fence pass failed; trying again next interval")
+                self._stop.wait(tick)

@@ -1,0 +1,141 @@
+"""Inline ephemeral volumes: created, formatted and mounted by NodePublish, deleted by the
+last NodeUnpublish, with no controller and no ledger (they are never shared)."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping
+
+from csi_hostpath.config import Config
+from csi_hostpath.core import access
+from csi_hostpath.core.errors import Incompatible, InvalidRequest, NoCapacity
+from csi_hostpath.core.model import AccessType, Capability, NodeStaging
+from csi_hostpath.core.naming import loop_tag
+from csi_hostpath.service.guard import InFlight
+from csi_hostpath.service.node_mounts import NodeMounts
+from csi_hostpath.store.db import Store
+from csi_hostpath.system.base import System
+
+# One logger for all of the node plugin, named as before it was split into modules.
+log = logging.getLogger("csi_hostpath.service.node")
+
+EPHEMERAL_DEFAULT_SIZE = 100 * access.MiB
+_SIZE = re.compile(r"(\d+)(Ki|Mi|Gi|Ti|K|M|G|T)?")
+_UNITS = {
+    None: 1,
+    "K": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "Ki": 1 << 10,
+    "Mi": 1 << 20,
+    "Gi": 1 << 30,
+    "Ti": 1 << 40,
+}
+
+# Publishes a staged volume at a target: NodeService's own step, shared with inline volumes.
+PublishStaged = Callable[[str, NodeStaging, str, Capability, bool], None]
+
+
+def parse_size(text: str) -> int:
+    """Kubernetes quantities as volume attributes use them: "100Mi", "1Gi", "5000000"."""
+    match = _SIZE.fullmatch(text.strip())
+    if match is None:
+        raise InvalidRequest(f"size {text[:40]!r} is not a quantity like 100Mi or 1Gi")
+    return int(match.group(1)) * _UNITS[match.group(2)]
+
+
+def ephemeral_volume_id(node_id: str, kubelet_volume_id: str) -> str:
+    """Kubelet names inline ephemeral volumes itself ("csi-<hash>"); the driver keys them by an
+    ID of its own pattern, derived so that NodeUnpublish finds the same one."""
+    digest = hashlib.sha256(f"{node_id}\0{kubelet_volume_id}".encode()).hexdigest()
+    return f"vol-{digest[:32]}"
+
+
+class InlineVolumes:
+    def __init__(
+        self, config: Config, store: Store, system: System, mounts: NodeMounts, inflight: InFlight
+    ) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.store = store
+        self.system = system
+        self.mounts = mounts
+        self.inflight = inflight
+        self.ephemeral_dir = mounts.ephemeral_dir
+
+    def publish(
+        self,
+        kubelet_volume_id: str,
+        target_path: str,
+        cap: Capability,
+        readonly: bool,
+        volume_context: Mapping[str, str],
+        publish_staged: PublishStaged,
+    ) -> None:
+        """An inline ephemeral volume lives and dies with its pod: create, format and mount it
+        here, with no controller and no ledger (it is never shared)."""
+        if cap.access_type != AccessType.MOUNT:
+            raise InvalidRequest("inline ephemeral volumes are filesystem volumes only")
+        if len(kubelet_volume_id.encode()) > 1024 or "\x00" in kubelet_volume_id:
+            raise InvalidRequest("volume_id is not a valid inline volume name")
+        volume_id = ephemeral_volume_id(self.node_id, kubelet_volume_id)
+        fs_type = cap.fs_type or volume_context.get("fsType", "") or access.DEFAULT_FS_TYPE
+        if fs_type not in access.SUPPORTED_FS_TYPES:
+            raise InvalidRequest(f"fs_type {fs_type!r} is not supported")
+        wanted = volume_context.get("size", "")
+        size = parse_size(wanted) if wanted else EPHEMERAL_DEFAULT_SIZE
+        size = access.round_capacity(size, 0, fs_type, self.config.max_volume_size)
+        free = self.system.pool.free_bytes()
+        if size > free:
+            # Judged against the pool's filesystem, which the state directory usually shares.
+            raise NoCapacity(f"an inline volume of {size} bytes can't fit: {free} bytes free")
+        with self.inflight.hold(volume_id, "NodePublishVolume (ephemeral)"):
+            self.ephemeral_dir.mkdir(parents=True, exist_ok=True)
+            backing = self.ephemeral_dir / f"{volume_id}.img"
+            staging = str(self.ephemeral_dir / f"{volume_id}.mnt")
+            staged = self.store.get_staging(volume_id)
+            if staged is None:
+                existing = self.system.pool.size(backing)
+                if existing is not None and existing != size:
+                    raise Incompatible(
+                        f"inline volume {kubelet_volume_id} exists with {existing} bytes"
+                    )
+                self.system.pool.create(backing, size)
+                device = self.mounts.attach(volume_id, backing)
+                try:
+                    self.mounts.mount_staging(volume_id, device.path, staging, fs_type, cap)
+                except BaseException:
+                    # Nothing records it yet, so nothing would ever remove it: undo now.
+                    self.system.loop.detach(device.path)
+                    self.system.pool.remove(backing)
+                    raise
+                staged = NodeStaging(
+                    volume_id,
+                    staging,
+                    AccessType.MOUNT,
+                    cap.access_mode,
+                    fs_type,
+                    device.path,
+                    0,
+                    time.time(),
+                )
+                self.store.save_staging(staged)
+                log.info("created inline ephemeral volume %s as %s", kubelet_volume_id, volume_id)
+            publish_staged(volume_id, staged, target_path, cap, readonly)
+
+    def sweep(self, stagings: dict[str, NodeStaging]) -> None:
+        """Inline volumes a crash left before their record was written: nothing else would ever
+        remove them. Their loop devices, if any, go with the untracked ones just below."""
+        if not self.ephemeral_dir.is_dir():
+            return
+        for path in sorted(self.ephemeral_dir.iterdir()):
+            volume_id = path.name.split(".", 1)[0]
+            if path.suffix in (".img", ".tmp") and volume_id not in stagings:
+                if self.system.loop.find(loop_tag(self.node_id, volume_id)) is not None:
+                    continue  # dropped with its device below; swept on the next start
+                log.warning("repair: removing %s, an inline volume no record claims", path)
+                path.unlink(missing_ok=True)

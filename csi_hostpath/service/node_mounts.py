@@ -1,0 +1,222 @@
+"""The node's kernel steps for one volume: attach its loop device, mount or bind it, and take
+it down again. Idempotent: each step first looks at what the kernel already has."""
+
+from __future__ import annotations
+
+import logging
+import os
+from contextlib import suppress
+from pathlib import Path
+
+from csi_hostpath.core import access
+from csi_hostpath.core.errors import (
+    Incompatible,
+    InvalidRequest,
+    NotStaged,
+    TargetBusy,
+    WrongAccessForVolume,
+)
+from csi_hostpath.core.model import AccessType, Capability, NodeStaging
+from csi_hostpath.core.naming import loop_tag
+from csi_hostpath.store.db import Store
+from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.system.base import CommandError, LoopDevice, MountEntry, System
+
+# One logger for all of the node plugin, named as before it was split into modules.
+log = logging.getLogger("csi_hostpath.service.node")
+
+# A grown device and its filesystem may differ by less than this without a grow: filesystems
+# round their size down to whole blocks and allocation groups.
+GROW_SLACK = 1 * access.MiB
+
+
+class NodeMounts:
+    def __init__(
+        self, node_id: str, store: Store, system: System, layout: PoolLayout, ephemeral_dir: Path
+    ) -> None:
+        self.node_id = node_id
+        self.store = store
+        self.system = system
+        self.layout = layout
+        # Inline ephemeral volumes belong to this node alone, so they live in its state
+        # directory, where no controller's reconcile can mistake them for orphans.
+        self.ephemeral_dir = ephemeral_dir
+
+    def is_ephemeral(self, staging_path: str) -> bool:
+        return staging_path.startswith(str(self.ephemeral_dir) + "/")
+
+    def backing_for(self, s: NodeStaging) -> Path:
+        if self.is_ephemeral(s.staging_path):
+            return self.ephemeral_dir / f"{s.volume_id}.img"
+        return self.layout.volume_file(s.volume_id)
+
+    @staticmethod
+    def is_ours(entry: MountEntry, device: LoopDevice | None) -> bool:
+        """Is this mount the volume's own: its filesystem (a bind shows the same source device)
+        or, for a block volume, a bind of its device node (devtmpfs, root /loopN)?"""
+        if device is None:
+            return False
+        return entry.source == device.path or entry.root == f"/{os.path.basename(device.path)}"
+
+    def unmount(self, path: str, *, lazy: bool = False) -> None:
+        try:
+            self.system.mounts.unmount(path, lazy=lazy)
+        except CommandError as e:
+            if "busy" in e.stderr:
+                raise TargetBusy(
+                    f"{path} is busy: a process has files or its working directory in it, or "
+                    "another mount sits beneath it; retry once it is released"
+                ) from e
+            raise
+
+    @staticmethod
+    def prepare_dir(path: str, what: str) -> None:
+        if os.path.lexists(path) and not os.path.isdir(path):
+            raise InvalidRequest(f"{what} {path} exists and is not a directory")
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as e:
+            raise InvalidRequest(f"{what} {path} can't be created: {e.strerror}") from e
+
+    @staticmethod
+    def prepare_file(path: str, what: str) -> None:
+        if os.path.isdir(path):
+            raise InvalidRequest(f"{what} {path} is a directory; a block volume needs a file")
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            if not os.path.exists(path):
+                with open(path, "a"):
+                    pass
+        except OSError as e:
+            raise InvalidRequest(f"{what} {path} can't be created: {e.strerror}") from e
+
+    def attach(self, volume_id: str, backing: Path, *, read_only: bool = False) -> LoopDevice:
+        device = self.system.loop.attach(
+            backing, loop_tag(self.node_id, volume_id), read_only=read_only
+        )
+        if device.size_bytes < (self.system.pool.size(backing) or 0):
+            # Attached before the backing file grew: make the device see the new size.
+            self.system.loop.refresh_capacity(device.path)
+        return device
+
+    def mount_staging(
+        self,
+        volume_id: str,
+        device: str,
+        staging_path: str,
+        fs_type: str,
+        cap: Capability,
+        *,
+        read_only: bool = False,
+    ) -> None:
+        mounted = self.system.mounts.find(staging_path)
+        if mounted is not None:
+            if mounted.source == device:
+                return
+            raise Incompatible(f"{staging_path} already has {mounted.source} mounted on it")
+        found = self.system.fs.probe(device)
+        grow = False
+        if found is None:
+            if read_only:
+                raise WrongAccessForVolume(
+                    f"volume {volume_id} holds no filesystem yet, and a read-only stage can't "
+                    "make one: a writer must stage it first, or restore it from a snapshot"
+                )
+            log.info("formatting %s (%s) as %s", volume_id, device, fs_type)
+            self.system.fs.mkfs(device, fs_type)
+        elif found != fs_type:
+            raise WrongAccessForVolume(
+                f"volume {volume_id} already holds a {found} filesystem; it can't be staged as "
+                f"{fs_type}"
+            )
+        else:
+            # Restored into a larger volume, or expanded while unstaged: grow to the device.
+            fs_size = self.system.fs.size(device) or 0
+            grow = self.system.devices.size(device) - fs_size >= GROW_SLACK
+            if grow and fs_type == "ext4":
+                log.info("growing the ext4 of %s to its device before mounting", volume_id)
+                self.system.fs.grow_offline(device, fs_type)
+                grow = False
+        options = list(cap.mount_flags)
+        if cap.access_mode in access.READER_ONLY_MODES or read_only:
+            options.append("ro")
+        if fs_type == "xfs" and "nouuid" not in options:
+            # A clone or restore carries its source's xfs UUID, and the kernel refuses a second
+            # mount of one UUID, even in another node plugin's mount namespace on this kernel.
+            options.append("nouuid")
+        self.prepare_dir(staging_path, "staging_target_path")
+        try:
+            self.system.mounts.mount(device, staging_path, fs_type, options)
+        except CommandError as e:
+            if cap.mount_flags and self.mounts_without(device, staging_path, fs_type):
+                raise InvalidRequest(
+                    f"the kernel refused the mount flags {list(cap.mount_flags)} for "
+                    f"{fs_type}: {e.stderr.strip()[:300]}"
+                ) from e
+            raise
+        if grow:
+            log.info("growing the %s of %s to its device", fs_type, volume_id)
+            self.system.fs.grow(device, staging_path, fs_type)
+
+    def mounts_without(self, device: str, staging_path: str, fs_type: str) -> bool:
+        """Does the device mount without the CO's flags? Then the flags were the problem."""
+        try:
+            self.system.mounts.mount(
+                device, staging_path, fs_type, ["ro", "nouuid"] if fs_type == "xfs" else ["ro"]
+            )
+        except CommandError:
+            return False
+        self.system.mounts.unmount(staging_path)
+        return True
+
+    def bind_target(
+        self, volume_id: str, staged: NodeStaging, target_path: str, readonly: bool
+    ) -> None:
+        device = self.system.loop.find(loop_tag(self.node_id, volume_id))
+        present = self.system.mounts.find(target_path)
+        if present is not None:
+            if self.is_ours(present, device):
+                return
+            raise Incompatible(
+                f"{target_path} already has {present.source} mounted on it, not volume {volume_id}"
+            )
+        if staged.access_type == AccessType.MOUNT:
+            if self.system.mounts.find(staged.staging_path) is None:
+                raise NotStaged(
+                    f"volume {volume_id}: nothing is mounted at {staged.staging_path}; stage again"
+                )
+            self.prepare_dir(target_path, "target_path")
+            self.system.mounts.bind(staged.staging_path, target_path, read_only=readonly)
+        else:
+            if device is None:
+                raise NotStaged(f"volume {volume_id} has no loop device on this node; stage again")
+            self.prepare_file(target_path, "target_path")
+            self.system.mounts.bind(device.path, target_path, read_only=readonly)
+
+    def teardown(self, volume_id: str, staging_path: str) -> None:
+        """Unmount the staging path if the volume is what is mounted there, detach the loop
+        device, forget the staging record. Never touches a mount that is not the volume's."""
+        mounted = self.system.mounts.find(staging_path)
+        device = self.system.loop.find(loop_tag(self.node_id, volume_id))
+        if mounted is not None and self.is_ours(mounted, device):
+            self.unmount(staging_path)
+        if device is not None:
+            self.system.loop.detach(device.path)
+        if self.is_ephemeral(staging_path):
+            with suppress(OSError):
+                os.rmdir(staging_path)
+        self.store.delete_staging(volume_id)
+
+    def remove_target(self, target_path: str) -> None:
+        # Only what this plugin created: an empty directory or an empty placeholder file.
+        if self.system.mounts.find(target_path) is not None:
+            return
+        try:
+            if os.path.isdir(target_path) and not os.path.islink(target_path):
+                os.rmdir(target_path)
+            elif os.path.isfile(target_path) and os.path.getsize(target_path) == 0:
+                os.unlink(target_path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            log.warning("left %s in place: %s", target_path, e)
