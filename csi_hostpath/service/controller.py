@@ -17,6 +17,7 @@ from pathlib import Path
 
 from csi_hostpath.config import Config, PoolScope
 from csi_hostpath.core import access, ledger
+from csi_hostpath.core.context_keys import FS_TYPE_KEY, GENERATION_KEY, READONLY_KEY
 from csi_hostpath.core.errors import (
     CapacityOutOfRange,
     Incompatible,
@@ -37,10 +38,6 @@ from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.base import NoSpace, System
 
 log = logging.getLogger(__name__)
-
-GENERATION_KEY = "generation"
-READONLY_KEY = "readonly"
-FS_TYPE_KEY = "fsType"
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,12 @@ from pathlib import Path
 
 from csi_hostpath.config import Config, PoolScope
 from csi_hostpath.core import access, ledger
+from csi_hostpath.core.context_keys import (
+    EPHEMERAL_KEY,
+    FS_TYPE_KEY,
+    GENERATION_KEY,
+    READONLY_KEY,
+)
 from csi_hostpath.core.errors import (
     Busy,
     CapacityOutOfRange,
@@ -38,7 +44,6 @@ from csi_hostpath.core.model import (
     NodeStaging,
 )
 from csi_hostpath.core.naming import is_volume_id, loop_tag
-from csi_hostpath.service.controller import FS_TYPE_KEY, GENERATION_KEY, READONLY_KEY
 from csi_hostpath.service.guard import InFlight
 from csi_hostpath.service.node_agent import NodeAgent
 from csi_hostpath.service.node_ephemeral import InlineVolumes, ephemeral_volume_id
@@ -73,7 +78,6 @@ def check_path(path: str, what: str) -> str:
     return os.path.normpath(path)
 
 
-EPHEMERAL_KEY = "csi.storage.k8s.io/ephemeral"
 _TOKEN = re.compile(r"[0-9]{1,18}")
 
 

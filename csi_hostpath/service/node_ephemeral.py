@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 
 from csi_hostpath.config import Config
 from csi_hostpath.core import access
+from csi_hostpath.core.context_keys import EPHEMERAL_SIZE_KEY, FS_TYPE_KEY
 from csi_hostpath.core.errors import Incompatible, InvalidRequest, NoCapacity
 from csi_hostpath.core.model import AccessType, Capability, NodeStaging
 from csi_hostpath.core.naming import loop_tag
@@ -83,10 +84,10 @@ class InlineVolumes:
         if len(kubelet_volume_id.encode()) > 1024 or "\x00" in kubelet_volume_id:
             raise InvalidRequest("volume_id is not a valid inline volume name")
         volume_id = ephemeral_volume_id(self.node_id, kubelet_volume_id)
-        fs_type = cap.fs_type or volume_context.get("fsType", "") or access.DEFAULT_FS_TYPE
+        fs_type = cap.fs_type or volume_context.get(FS_TYPE_KEY, "") or access.DEFAULT_FS_TYPE
         if fs_type not in access.SUPPORTED_FS_TYPES:
             raise InvalidRequest(f"fs_type {fs_type!r} is not supported")
-        wanted = volume_context.get("size", "")
+        wanted = volume_context.get(EPHEMERAL_SIZE_KEY, "")
         size = parse_size(wanted) if wanted else EPHEMERAL_DEFAULT_SIZE
         size = access.round_capacity(size, 0, fs_type, self.config.max_volume_size)
         free = self.system.pool.free_bytes()
