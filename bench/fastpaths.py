@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import mounts_under
-from csi_hostpath.system import linux
+from csi_hostpath.system import linux_fs, linux_mounts
 from csi_hostpath.system.linux import LinuxFs, LinuxLoop, LinuxMounts, escape_mountinfo
 
 MiB = 1 << 20
@@ -48,18 +48,21 @@ def _line(point: str) -> tuple[str, ...] | None:
 def _count_tools() -> Iterator[list[list[str]]]:
     """Record every tool the system layer spawns while the block runs."""
     spawned: list[list[str]] = []
-    namespace = vars(linux)  # linux.py calls run() through its module globals
-    real_run: Callable[..., str] = namespace["run"]
+    # The layer's modules that spawn tools call run() through their module globals.
+    namespaces = [vars(linux_mounts), vars(linux_fs)]
+    real_run: Callable[..., str] = namespaces[0]["run"]
 
     def recording(argv: Sequence[str], **kw: Any) -> str:
         spawned.append([str(a) for a in argv])
         return real_run(argv, **kw)
 
-    namespace["run"] = recording
+    for namespace in namespaces:
+        namespace["run"] = recording
     try:
         yield spawned
     finally:
-        namespace["run"] = real_run
+        for namespace in namespaces:
+            namespace["run"] = real_run
 
 
 @dataclass

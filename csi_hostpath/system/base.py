@@ -1,7 +1,8 @@
 """The system layer's contract: what the services may ask of the kernel and the tools.
 
-Two implementations follow it: ``linux.py`` (the real kernel) and ``fake.py`` (an in-memory twin for
-fast unit tests). Services receive a :class:`System` in their constructor and never import either.
+Two implementations follow it: ``linux.py`` (the real kernel, built from the linux_*.py modules) and
+``fake.py`` (an in-memory twin for fast unit tests). Services receive a :class:`System` in their
+constructor and never import either.
 """
 
 from __future__ import annotations

@@ -38,7 +38,8 @@ from csi_hostpath.system.base import (
     NoSpace,
     System,
 )
-from csi_hostpath.system.linux import LinuxPool, encode_tag
+from csi_hostpath.system.linux_loop import encode_tag
+from csi_hostpath.system.linux_pool import LinuxPool
 
 FAKE_LOOP_PREFIX = "/dev/fakeloop"
 _FAKE_LOOP_PATH = re.compile(re.escape(FAKE_LOOP_PREFIX) + r"(\d+)")

@@ -64,7 +64,7 @@ def _wrap_ioctl(monkeypatch: pytest.MonkeyPatch, hook: Callable[[int, int, objec
         hook(fd, request, arg)
         return original(fd, request, arg, mutate)
 
-    # linux.py looks fcntl.ioctl up at each call, so patching the module reaches it.
+    # linux_loop.py looks fcntl.ioctl up at each call, so patching the module reaches it.
     monkeypatch.setattr(fcntl, "ioctl", wrapped)
 
 

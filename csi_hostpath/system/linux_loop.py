@@ -1,0 +1,316 @@
+"""Loop devices on a real Linux kernel, driven with ioctls rather than losetup: losetup cannot
+set the tag (lo_file_name) that lets several node plugins on one kernel tell their devices apart.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import re
+import stat
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from csi_hostpath.system.base import LoopDevice
+
+# Logged under the name the layer had before it was split into modules.
+log = logging.getLogger("csi_hostpath.system.linux")
+
+# --- ioctl numbers (linux/loop.h, linux/fs.h) ----------------------------------------------------
+LOOP_CLR_FD = 0x4C01
+LOOP_GET_STATUS64 = 0x4C05
+LOOP_SET_CAPACITY = 0x4C07
+LOOP_CONFIGURE = 0x4C0A
+LOOP_CTL_GET_FREE = 0x4C82
+LO_FLAGS_READ_ONLY = 1
+LO_FLAGS_DIRECT_IO = 16
+BLKROSET = 0x125D
+BLKGETSIZE64 = 0x80081272
+
+# struct loop_info64 and struct loop_config, packed without padding exactly as the kernel lays
+# them out ("=": standard sizes, no alignment; the fields are already naturally aligned).
+LOOP_INFO64 = struct.Struct("=5Q4I64s64s32s2Q")
+_LOOP_CONFIG_HEAD = struct.Struct("=2I")
+_LOOP_CONFIG_RESERVED = bytes(8 * 8)
+_LOOP_INFO64_SIZE = 232  # sizeof(struct loop_info64)
+_LOOP_CONFIG_SIZE = 304  # sizeof(struct loop_config)
+assert LOOP_INFO64.size == _LOOP_INFO64_SIZE, LOOP_INFO64.size
+assert _LOOP_CONFIG_HEAD.size + LOOP_INFO64.size + len(_LOOP_CONFIG_RESERVED) == _LOOP_CONFIG_SIZE
+_LO_NAME_SIZE = 64
+_LO_FILE_NAME_INDEX = 9  # position of lo_file_name in the unpacked loop_info64
+
+LOOP_CONTROL = "/dev/loop-control"
+SYS_BLOCK = "/sys/block"
+_LOOP_NAME = re.compile(r"loop(\d+)")
+_LOOP_PATH = re.compile(r"/dev/loop(\d+)")
+
+# Another process can configure the device LOOP_CTL_GET_FREE just handed us; each retry asks for a
+# new free device. Bounded so that a kernel that keeps answering EBUSY turns into an error.
+_ATTACH_ATTEMPTS = 16
+# devtmpfs creates /dev/loopN when the kernel adds the disk, which can trail LOOP_CTL_GET_FREE.
+_NODE_WAIT_SECONDS = 2.0
+_NODE_POLL_SECONDS = 0.005
+
+# Serialises "find by tag, else attach" within this process, so two threads attaching one tag
+# can't both miss the find and attach the file twice.
+_ATTACH_LOCK = threading.Lock()
+
+# --- small helpers -------------------------------------------------------------------------------
+
+
+def encode_tag(tag: str) -> bytes:
+    """The tag as it goes into lo_file_name: 1..63 bytes of UTF-8 without NUL."""
+    raw = tag.encode("utf-8")
+    if not raw or len(raw) > _LO_NAME_SIZE - 1 or b"\0" in raw:
+        raise ValueError(f"loop tag must be 1..{_LO_NAME_SIZE - 1} bytes without NUL: {tag!r}")
+    return raw
+
+
+def loop_index(device: str) -> int:
+    """N of /dev/loopN; ValueError for anything else."""
+    match = _LOOP_PATH.fullmatch(device)
+    if match is None:
+        raise ValueError(f"not a loop device path: {device!r}")
+    return int(match.group(1))
+
+
+def read_sys(path: str) -> str | None:
+    """A sysfs attribute, or None when it is gone. A loop device being detached answers ENODEV
+    or ENXIO for a moment before its loop/ directory disappears."""
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as handle:
+            return handle.read().rstrip("\n")
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENODEV, errno.ENXIO):
+            return None
+        raise
+
+
+# --- loop ----------------------------------------------------------------------------------------
+
+
+def _loop_config(backing_fd: int, flags: int, name: bytes) -> bytes:
+    info = LOOP_INFO64.pack(0, 0, 0, 0, 0, 0, 0, 0, flags, name, b"", b"", 0, 0)
+    return _LOOP_CONFIG_HEAD.pack(backing_fd, 0) + info + _LOOP_CONFIG_RESERVED
+
+
+def _open_loop(device: str, mode: int) -> int | None:
+    """Open a loop device; None when it is gone or on its way out. A device another thread is
+    detaching is in rundown, and the kernel refuses opens with ENXIO until it is free again."""
+    try:
+        return os.open(device, mode | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENXIO):
+            return None
+        raise
+
+
+def _read_tag(device: str) -> str | None:
+    """lo_file_name of a configured device; None when it is not (or no longer) configured."""
+    fd = _open_loop(device, os.O_RDONLY)
+    if fd is None:
+        return None
+    try:
+        buf = bytearray(LOOP_INFO64.size)
+        try:
+            fcntl.ioctl(fd, LOOP_GET_STATUS64, buf, True)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:
+                return None
+            raise
+    finally:
+        os.close(fd)
+    name = LOOP_INFO64.unpack(bytes(buf))[_LO_FILE_NAME_INDEX]
+    assert isinstance(name, bytes)
+    return name.split(b"\0", 1)[0].decode("utf-8", errors="replace")
+
+
+def _configured_loop_indices() -> list[int]:
+    indices: list[int] = []
+    for entry in os.scandir(SYS_BLOCK):
+        match = _LOOP_NAME.fullmatch(entry.name)
+        # loop/ exists in sysfs only while a backing file is attached.
+        if match and os.path.exists(f"{SYS_BLOCK}/{entry.name}/loop/backing_file"):
+            indices.append(int(match.group(1)))
+    return sorted(indices)
+
+
+def _describe(index: int, tag: str) -> LoopDevice | None:
+    base = f"{SYS_BLOCK}/loop{index}"
+    backing = read_sys(f"{base}/loop/backing_file")
+    read_only = read_sys(f"{base}/ro")
+    sectors = read_sys(f"{base}/size")
+    if backing is None or read_only is None or sectors is None:
+        return None
+    return LoopDevice(
+        path=f"/dev/loop{index}",
+        backing_file=backing,
+        tag=tag,
+        read_only=read_only.strip() == "1",
+        size_bytes=int(sectors) * 512,
+    )
+
+
+def _wait_for_node(path: str) -> None:
+    deadline = time.monotonic() + _NODE_WAIT_SECONDS
+    while True:
+        try:
+            if stat.S_ISBLK(os.stat(path).st_mode):
+                return
+        except FileNotFoundError:
+            pass
+        if time.monotonic() >= deadline:
+            raise FileNotFoundError(
+                errno.ENOENT, f"device node did not appear within {_NODE_WAIT_SECONDS}s", path
+            )
+        time.sleep(_NODE_POLL_SECONDS)
+
+
+def _configure(device: str, backing_fd: int, flags: int, name: bytes) -> bool:
+    """LOOP_CONFIGURE device; False if another process took it first (EBUSY), or it is still
+    being released by a detach (ENXIO): the caller asks for another free device."""
+    fd = _open_loop(device, os.O_RDWR)
+    if fd is None:
+        return False
+    try:
+        for extra in (LO_FLAGS_DIRECT_IO, 0):
+            try:
+                fcntl.ioctl(fd, LOOP_CONFIGURE, _loop_config(backing_fd, flags | extra, name))
+            except OSError as exc:
+                if exc.errno == errno.EBUSY:
+                    return False
+                if exc.errno == errno.EINVAL and extra:
+                    # The backing filesystem can't do O_DIRECT at the loop's block size (tmpfs,
+                    # for one); buffered IO still works, it just caches twice.
+                    log.debug("direct IO refused for %s, attaching buffered", device)
+                    continue
+                raise
+            return True
+        raise AssertionError("unreachable: the buffered attempt returns or raises")
+    finally:
+        os.close(fd)
+
+
+class LinuxLoop:
+    def __init__(self) -> None:
+        # tag → index of the device last seen carrying it. find() asks that one device first
+        # instead of opening every loop device on the host; the answer is checked on every use
+        # (the device must carry the tag right now), so a stale hint only costs the full scan.
+        self._hints: dict[str, int] = {}
+
+    def attach(self, backing_file: Path, tag: str, *, read_only: bool = False) -> LoopDevice:
+        name = encode_tag(tag)
+        flags = LO_FLAGS_READ_ONLY if read_only else 0
+        with _ATTACH_LOCK:
+            existing = self.find(tag)
+            if existing is not None:
+                return existing
+            mode = os.O_RDONLY if read_only else os.O_RDWR
+            backing_fd = os.open(backing_file, mode | os.O_CLOEXEC)
+            try:
+                control = os.open(LOOP_CONTROL, os.O_RDWR | os.O_CLOEXEC)
+                try:
+                    for _ in range(_ATTACH_ATTEMPTS):
+                        index = fcntl.ioctl(control, LOOP_CTL_GET_FREE)
+                        device = f"/dev/loop{index}"
+                        _wait_for_node(device)
+                        if not _configure(device, backing_fd, flags, name):
+                            log.debug("%s was taken by someone else; asking for another", device)
+                            continue
+                        described = _describe(index, tag)
+                        if described is None:
+                            raise OSError(errno.ENXIO, "detached right after attach", device)
+                        log.info("attached %s to %s as %r", backing_file, device, tag)
+                        self._hints[tag] = index
+                        return described
+                finally:
+                    os.close(control)
+            finally:
+                os.close(backing_fd)
+        raise OSError(errno.EBUSY, f"no free loop device after {_ATTACH_ATTEMPTS} attempts")
+
+    def find(self, tag: str) -> LoopDevice | None:
+        hint = self._hints.get(tag)
+        if hint is not None:
+            if _read_tag(f"/dev/loop{hint}") == tag:
+                hinted = _describe(hint, tag)
+                if hinted is not None:
+                    return hinted
+            self._hints.pop(tag, None)
+        for device in self._devices(lambda candidate: candidate == tag):
+            self._hints[tag] = loop_index(device.path)
+            return device
+        return None
+
+    def list(self, tag_prefix: str = "") -> list[LoopDevice]:
+        return list(self._devices(lambda candidate: candidate.startswith(tag_prefix)))
+
+    def _devices(self, wanted: Callable[[str], bool]) -> Iterator[LoopDevice]:
+        for index in _configured_loop_indices():
+            tag = _read_tag(f"/dev/loop{index}")
+            if tag is None or not wanted(tag):
+                continue
+            device = _describe(index, tag)
+            if device is not None:
+                yield device
+
+    def detach(self, device: str) -> None:
+        index = loop_index(device)
+        for tag, hinted in list(self._hints.items()):
+            if hinted == index:
+                self._hints.pop(tag, None)
+        fd = _open_loop(device, os.O_RDONLY)
+        if fd is None:
+            return  # gone, or already being released
+        try:
+            # A read-only flag set with BLKROSET outlives the attachment and would make the next
+            # volume on this device unformattable, so it goes before the device is released.
+            if read_sys(f"{SYS_BLOCK}/loop{index}/ro") == "1":
+                fcntl.ioctl(fd, BLKROSET, struct.pack("i", 0))
+            try:
+                fcntl.ioctl(fd, LOOP_CLR_FD, 0)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:  # ENXIO: not configured, nothing to release
+                    raise
+                return
+        finally:
+            os.close(fd)
+        # Still open elsewhere (mounted, say)? The kernel then only sets autoclear, and the
+        # device goes when its last user closes it.
+        log.info("detached %s", device)
+
+    def refresh_capacity(self, device: str) -> None:
+        loop_index(device)
+        fd = os.open(device, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            fcntl.ioctl(fd, LOOP_SET_CAPACITY, 0)
+        finally:
+            os.close(fd)
+
+    def set_read_only(self, device: str, read_only: bool) -> None:
+        loop_index(device)
+        fd = os.open(device, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            fcntl.ioctl(fd, BLKROSET, struct.pack("i", int(read_only)))
+        finally:
+            os.close(fd)
+
+
+# --- devices -------------------------------------------------------------------------------------
+
+
+class LinuxDevices:
+    def size(self, device: str) -> int:
+        fd = os.open(device, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            raw = fcntl.ioctl(fd, BLKGETSIZE64, bytes(8))
+        finally:
+            os.close(fd)
+        (size,) = struct.unpack("=Q", raw)
+        assert isinstance(size, int)
+        return size
