@@ -7,6 +7,7 @@ import argparse
 import getpass
 import json
 import logging
+import math
 import os
 import socket
 import sys
@@ -22,8 +23,17 @@ DEFAULT_STATE_DIR = "/var/lib/csi-hostpath"
 
 def _positive_float(text: str) -> float:
     value = float(text)
+    # nan compares false with everything, so `nan <= 0` lets it through and every later
+    # `age < grace` check silently says no; inf makes a loop that never wakes.
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
     if value <= 0:
-        raise argparse.ArgumentTypeError("must be > 0")
+        raise argparse.ArgumentTypeError(f"must be an integer > 0, got {text!r}")
     return value
 
 
@@ -104,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=60.0,
         help="seconds of heartbeat silence after which a node counts as gone",
     )
-    serve.add_argument("--workers", type=int, default=16, help="gRPC worker threads")
+    serve.add_argument("--workers", type=_positive_int, default=16, help="gRPC worker threads")
     serve.add_argument(
         "--metrics-address",
         default="",

@@ -6,6 +6,7 @@ atomic across threads and processes. Every rule lives here, where it can be test
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -149,6 +150,13 @@ def decide_force_detach(
     """Raise NodeAlive unless force-detaching is a decision the operator may take now."""
     if accept_data_loss:
         return
+    if not math.isfinite(node_grace) or node_grace <= 0:
+        # A nan grace makes `age < grace` false for every age: the live node would be revoked.
+        raise NodeAlive(
+            f"node grace must be a finite number of seconds > 0, got {node_grace!r}; "
+            "refusing to decide whether node "
+            f"{publication.node_id!r} is gone"
+        )
     if heartbeat_age is not None and heartbeat_age < node_grace:
         raise NodeAlive(
             f"node {publication.node_id!r} heartbeat is {heartbeat_age:.0f}s old, younger than "
