@@ -6,6 +6,8 @@ RUN_DIR ?= $(CURDIR)/.run
 ENDPOINT ?= unix://$(RUN_DIR)/csi.sock
 NODE_ID ?= $(shell hostname)
 PYTEST_ARGS ?=
+# Prebuilt Go test tools (csi-sanity) beside the checkout, where CI keeps them; see tests/conformance.
+SHARED_BIN ?= $(abspath $(CURDIR)/../shared/bin)
 
 .PHONY: help install proto run demo doctor test unit lint typecheck clean
 
@@ -47,8 +49,8 @@ lint: install  ## ruff and mypy --strict on the package
 
 typecheck: lint  ## alias of lint
 
-test: install lint  ## lint, then every test (real loop devices: needs root)
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+test: install lint  ## lint, then every test, the real csi-sanity included (real loop devices: needs root)
+	PATH=$(SHARED_BIN):$$PATH $(PY) -m pytest -q $(PYTEST_ARGS)
 
 unit: install  ## the fast tests only (no root needed)
 	$(PY) -m pytest -q -m 'not real' $(PYTEST_ARGS)

@@ -11,8 +11,8 @@ from csi_hostpath.core.errors import InvalidRequest, NotImplementedHere
 from csi_hostpath.service.controller import ControllerService
 
 RPC = pb.ControllerServiceCapability.RPC
-# GetSnapshot (alpha in CSI 1.12) is served but GET_SNAPSHOT is not advertised: csi-sanity
-# (csi-test v5.4) rejects a controller capability it does not know, and so would conformance runs.
+# GET_SNAPSHOT is advertised: the csi-sanity built from csi-test's v5.5.0 changelog knows it and
+# runs its three GetSnapshot specs (an older release rejected unknown capabilities).
 CAPABILITIES = (
     RPC.CREATE_DELETE_VOLUME,
     RPC.PUBLISH_UNPUBLISH_VOLUME,
@@ -23,6 +23,7 @@ CAPABILITIES = (
     RPC.SINGLE_NODE_MULTI_WRITER,
     RPC.CREATE_DELETE_SNAPSHOT,
     RPC.LIST_SNAPSHOTS,
+    RPC.GET_SNAPSHOT,
     RPC.CLONE_VOLUME,
     RPC.EXPAND_VOLUME,
     RPC.GET_VOLUME,
