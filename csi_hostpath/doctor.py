@@ -10,69 +10,38 @@ and pool directories are never created: a missing one is reported, as `serve` wo
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import fcntl
 import os
 import shutil
-import socket
 import stat
-import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
-from csi_hostpath.system.base import MountEntry
-from csi_hostpath.system.linux import (
-    FICLONE,
-    LOOP_CONTROL,
-    LOOP_CTL_GET_FREE,
-    MountRecord,
-    read_mountinfo,
-    topmost,
-)
+from csi_hostpath.doctor_finding import STATUSES, Finding, Status, crashed, guarded
+from csi_hostpath.doctor_pool import check_pool
+from csi_hostpath.doctor_state import check_lock, check_socket, check_state_dir
+from csi_hostpath.system.linux import LOOP_CONTROL, LOOP_CTL_GET_FREE
 
-Status = Literal["ok", "warn", "fail"]
-_STATUSES = ("ok", "warn", "fail")
+__all__ = ["Finding", "diagnose", "exit_code", "render"]
 
 # Where the checks look; module attributes so that tests can point them at prepared files.
 SYS_BLOCK = "/sys/block"
 PROC_FILESYSTEMS = "/proc/filesystems"
 PROC_STATUS = "/proc/self/status"
-PROC_LOCKS = "/proc/locks"
 MODULES_DIR = "/lib/modules"
 
 CAP_SYS_RESOURCE = 24  # linux/capability.h
-LOW_SPACE_BYTES = 1 << 30
 # devtmpfs creates /dev/loopN when the kernel adds the disk, which can trail LOOP_CTL_GET_FREE;
 # the driver waits as long before it gives up on the node.
 _NODE_WAIT_SECONDS = 2.0
-_SOCKET_TIMEOUT_SECONDS = 1.0
-# FICLONE's answers when the filesystem (or the pair of files) cannot share extents.
-_NO_REFLINK_ERRNOS = (errno.EOPNOTSUPP, errno.ENOTTY, errno.EINVAL, errno.EXDEV)
 
 _PRIVILEGED = (
     "in a container, run it privileged (securityContext.privileged: true) with the host's /dev "
     "mounted (hostPath /dev)"
 )
 _PRIVILEGED_ROOT = "run it as root; " + _PRIVILEGED
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One check's verdict. `fix` says what to do; it is empty only for "ok"."""
-
-    check: str
-    status: Status
-    detail: str
-    fix: str = ""
-
-    def __post_init__(self) -> None:
-        # Status drives the exit code, so a typo must fail loudly rather than count as "ok".
-        if self.status not in _STATUSES:
-            raise ValueError(f"status must be one of {_STATUSES}, got {self.status!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,23 +87,23 @@ def diagnose(
     """
     search_path = os.environ.get("PATH", os.defpath) if path_env is None else path_env
     findings: list[Finding] = []
-    findings += _guarded("loop-control", _check_loop_control)
-    findings += _guarded("loop-devices", lambda: _check_loop_devices(pool_dir))
-    findings += _guarded("kernel-fs", _check_kernel_filesystems)
-    findings += _guarded("cap-sys-resource", _check_capabilities)
-    findings += _guarded("tools", lambda: _check_tools(search_path))
-    findings += _guarded("state-dir", lambda: [_check_state_dir(state_dir)])
+    findings += guarded("loop-control", _check_loop_control)
+    findings += guarded("loop-devices", lambda: _check_loop_devices(pool_dir))
+    findings += guarded("kernel-fs", _check_kernel_filesystems)
+    findings += guarded("cap-sys-resource", _check_capabilities)
+    findings += guarded("tools", lambda: _check_tools(search_path))
+    findings += guarded("state-dir", lambda: [check_state_dir(state_dir)])
     daemon_running = False
     try:
-        lock, daemon_running = _check_lock(state_dir)
+        lock, daemon_running = check_lock(state_dir)
         findings.append(lock)
     except Exception as exc:  # noqa: BLE001 - a crashed check is reported, not raised
-        findings.append(_crashed("state-lock", exc))
+        findings.append(crashed("state-lock", exc))
     if endpoint is not None:
-        findings += _guarded(
-            "socket", lambda: [_check_socket(endpoint, state_dir, daemon_running=daemon_running)]
+        findings += guarded(
+            "socket", lambda: [check_socket(endpoint, state_dir, daemon_running=daemon_running)]
         )
-    findings += _guarded("pool", lambda: _check_pool(pool_dir))
+    findings += guarded("pool", lambda: check_pool(pool_dir))
     return findings
 
 
@@ -149,75 +118,14 @@ def render(findings: Sequence[Finding]) -> str:
         lines.append(f"{status:<{width_status}}  {finding.check:<{width_check}}  {finding.detail}")
         if finding.status != "ok" and finding.fix:
             lines.append(f"{indent}fix: {finding.fix}")
-    counts = {status: sum(f.status == status for f in findings) for status in _STATUSES}
-    lines += ["", ", ".join(f"{counts[status]} {status}" for status in _STATUSES)]
+    counts = {status: sum(f.status == status for f in findings) for status in STATUSES}
+    lines += ["", ", ".join(f"{counts[status]} {status}" for status in STATUSES)]
     return "\n".join(lines)
 
 
 def exit_code(findings: Iterable[Finding]) -> int:
     """1 if anything fails (the driver would not work), else 0; warnings are limits, not errors."""
     return 1 if any(finding.status == "fail" for finding in findings) else 0
-
-
-# --- helpers ---------------------------------------------------------------------------------
-
-
-def _crashed(check: str, exc: BaseException) -> Finding:
-    # A check that could not run proves nothing, so it must not let the node pass.
-    return Finding(
-        check,
-        "fail",
-        f"the check itself failed: {exc!r}",
-        "this is a doctor bug or a very unusual node; run the check's steps by hand and report it",
-    )
-
-
-def _guarded(check: str, run: Callable[[], list[Finding]]) -> list[Finding]:
-    try:
-        return run()
-    except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
-        return [_crashed(check, exc)]
-
-
-def _nearest_existing(path: Path) -> Path:
-    """path itself, or its closest ancestor that exists (the root always does)."""
-    path = path.absolute()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
-def _writable_dir(path: Path) -> bool:
-    return path.is_dir() and os.access(path, os.W_OK | os.X_OK)
-
-
-def _size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable: the loop returns at TiB")
-
-
-def _mount_of(path: Path) -> MountEntry | None:
-    """The mount that holds path: the longest mount point above it, topmost if mounts stack."""
-    real = os.path.realpath(path)
-    records: list[MountRecord] = read_mountinfo()
-    best = ""
-    for record in records:
-        point = record.entry.mount_point
-        inside = real == point or real.startswith(point.rstrip("/") + "/")
-        if inside and len(point) > len(best):
-            best = point
-    return topmost(records, best) if best else None
-
-
-def _describe_fs(path: Path) -> str:
-    entry = _mount_of(path)
-    if entry is None:
-        return "filesystem unknown"
-    return f"{entry.fs_type} on {entry.source}, mounted at {entry.mount_point}"
 
 
 # --- loop devices ----------------------------------------------------------------------------
@@ -401,250 +309,3 @@ def _check_tools(search_path: str) -> list[Finding]:
         )
         findings.append(Finding(check, tool.missing, detail, fix))
     return findings
-
-
-# --- state directory, lock and socket --------------------------------------------------------
-
-
-def _check_state_dir(state_dir: Path) -> Finding:
-    if not state_dir.exists():
-        parent = _nearest_existing(state_dir)
-        if not _writable_dir(parent):
-            return Finding(
-                "state-dir",
-                "fail",
-                f"{state_dir} does not exist and can't be created: {parent} is not writable",
-                f"create it (`mkdir -p {state_dir}`) or pass a writable --state-dir",
-            )
-        return Finding(
-            "state-dir",
-            "warn",
-            f"{state_dir} does not exist; it will be created when `serve` starts",
-            "nothing to do on a new node; if a daemon already ran here, check --state-dir: "
-            "its volumes are recorded in the directory it used",
-        )
-    if not state_dir.is_dir():
-        return Finding(
-            "state-dir",
-            "fail",
-            f"{state_dir} is not a directory",
-            "pass a directory as --state-dir, or move what is there away",
-        )
-    if not os.access(state_dir, os.W_OK | os.X_OK):
-        return Finding(
-            "state-dir",
-            "fail",
-            f"{state_dir} is not writable (read-only mount, or owned by another user)",
-            f"make {state_dir} writable by root (mount it read-write); the sqlite state and the "
-            "daemon's lock live there",
-        )
-    db = "with state.db" if (state_dir / "state.db").exists() else "no state.db yet"
-    return Finding("state-dir", "ok", f"{state_dir} is writable ({db})")
-
-
-def _lock_holder(fd: int) -> int | None:
-    """The pid that holds a flock on fd's file, from /proc/locks (best effort)."""
-    st = os.fstat(fd)
-    # The kernel prints the device as hex major:minor, then the inode number.
-    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    try:
-        with open(PROC_LOCKS, encoding="utf-8") as handle:
-            text = handle.read()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        fields = line.split()
-        # "1: FLOCK ADVISORY WRITE PID DEV:INODE 0 EOF"; waiters have "->" and don't hold it.
-        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == key:
-            pid = int(fields[4])
-            return pid if pid > 0 else None
-    return None
-
-
-def _check_lock(state_dir: Path) -> tuple[Finding, bool]:
-    """The lock finding, and whether a daemon holds the state directory."""
-    if not state_dir.is_dir():
-        return Finding("state-lock", "ok", "no state directory, so no daemon uses it"), False
-    lock_path = state_dir / ".lock"
-    try:
-        # Read-only is enough for flock and never creates anything: a missing lock file means
-        # no daemon has ever started here.
-        fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return Finding("state-lock", "ok", "no daemon holds it (no lock file yet)"), False
-    except OSError as exc:
-        detail = f"can't open {lock_path}: {exc.strerror}"
-        return Finding("state-lock", "warn", detail, "run the doctor as root"), False
-    try:
-        # Held for an instant only: a daemon starting in that instant would find the directory
-        # locked and exit, so never hold it longer.
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        pid = _lock_holder(fd)
-        detail = "a csi-hostpath daemon is running on it (lock held)"
-        if pid is not None:
-            detail += f"; pid {pid}"
-        return Finding("state-lock", "ok", detail), True
-    except OSError as exc:
-        detail = f"can't test the lock on {lock_path}: {exc.strerror}"
-        fix = "put --state-dir on a local filesystem: the daemon's lock needs flock"
-        return Finding("state-lock", "warn", detail, fix), False
-    finally:
-        os.close(fd)  # closing the only descriptor releases our lock at once
-    return Finding("state-lock", "ok", "no daemon holds it"), False
-
-
-def _listening(path: str) -> bool | None:
-    """Whether something accepts connections on the unix socket at path (None: can't tell)."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(_SOCKET_TIMEOUT_SECONDS)
-        try:
-            probe.connect(path)
-        except ConnectionRefusedError:
-            return False
-        except OSError:
-            return None
-    return True
-
-
-def _check_socket(endpoint: str, state_dir: Path, *, daemon_running: bool) -> Finding:
-    path = endpoint[len("unix://") :] if endpoint.startswith("unix://") else ""
-    if not path.startswith("/"):
-        return Finding(
-            "socket",
-            "fail",
-            f"endpoint must be unix:///absolute/path, got {endpoint!r}",
-            "pass --endpoint like unix:///csi/csi.sock",
-        )
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        if daemon_running:
-            return Finding(
-                "socket",
-                "fail",
-                f"{path} does not exist, but a daemon holds {state_dir}",
-                "the daemon serves another --endpoint (compare its command line) or lost its "
-                "socket; restart it with this endpoint: the kubelet finds the driver only there",
-            )
-        return Finding(
-            "socket",
-            "warn",
-            f"{path} does not exist: no daemon serves this endpoint",
-            f"start one: `csi-hostpath serve --endpoint {endpoint} --state-dir {state_dir} ...`",
-        )
-    if not stat.S_ISSOCK(st.st_mode):
-        return Finding(
-            "socket",
-            "warn",
-            f"{path} is not a socket",
-            "check --endpoint: `serve` deletes whatever is at that path when it starts",
-        )
-    problems: list[str] = []
-    fixes: list[str] = []
-    mode = stat.S_IMODE(st.st_mode)
-    if mode != 0o600:
-        problems.append(f"mode {mode:04o}, not 0600: other local users can call the driver")
-        fixes.append(f"`chmod 0600 {path}` (the daemon sets 0600 at start; something changed it)")
-    if st.st_uid != 0:
-        problems.append(f"owned by uid {st.st_uid}, not root")
-        fixes.append(f"`chown root {path}`, and run the daemon as root")
-    listening = _listening(path)
-    if listening is False:
-        problems.append("nothing listens on it (left by a daemon that died)")
-        fixes.append("start the daemon again: `serve` replaces a stale socket")
-    elif listening and not daemon_running:
-        problems.append(f"something serves it, but no daemon holds {state_dir}")
-        fixes.append("pass the daemon's own --state-dir to the doctor (compare its command line)")
-    if problems:
-        return Finding("socket", "warn", f"{path}: " + "; ".join(problems), "; ".join(fixes))
-    serving = "a daemon is listening" if listening else "not probed"
-    return Finding("socket", "ok", f"{path}: mode 0600, owner root, {serving}")
-
-
-# --- pool ------------------------------------------------------------------------------------
-
-
-def _check_pool(pool_dir: Path) -> list[Finding]:
-    # A missing pool is measured where `serve` would create it: its nearest existing parent.
-    probe = _nearest_existing(pool_dir)
-    fs = _describe_fs(probe)
-    findings = [_check_pool_dir(pool_dir, probe, fs)]
-    st = os.statvfs(probe)
-    free, total = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
-    where = "" if probe == pool_dir.absolute() else f" (measured at {probe})"
-    space = f"{_size(free)} free of {_size(total)}{where}"
-    if free < LOW_SPACE_BYTES:
-        findings.append(
-            Finding(
-                "pool-space",
-                "warn",
-                f"only {space}",
-                "free space there or pass a --pool-dir on a bigger filesystem: volumes are thin, "
-                "so writes inside them fail with ENOSPC once the pool fills",
-            )
-        )
-    else:
-        findings.append(Finding("pool-space", "ok", space))
-    findings.append(_check_reflink(probe, fs))
-    return findings
-
-
-def _check_pool_dir(pool_dir: Path, probe: Path, fs: str) -> Finding:
-    if probe == pool_dir.absolute():
-        if not _writable_dir(pool_dir):
-            return Finding(
-                "pool-dir",
-                "fail",
-                f"{pool_dir} is not a writable directory ({fs})",
-                f"make {pool_dir} a directory writable by root (mount it read-write), or pass "
-                "another --pool-dir; the volumes' backing files live there",
-            )
-        return Finding("pool-dir", "ok", f"{pool_dir} is writable ({fs})")
-    if not _writable_dir(probe):
-        return Finding(
-            "pool-dir",
-            "fail",
-            f"{pool_dir} does not exist and can't be created: {probe} is not writable",
-            f"create it (`mkdir -p {pool_dir}`) or pass a writable --pool-dir",
-        )
-    return Finding(
-        "pool-dir",
-        "warn",
-        f"{pool_dir} does not exist; it will be created when `serve` starts ({fs})",
-        "nothing to do on a new node; in shared scope, mount the shared filesystem there first",
-    )
-
-
-def _check_reflink(directory: Path, fs: str) -> Finding:
-    if not _writable_dir(directory):
-        return Finding(
-            "pool-reflink",
-            "warn",
-            f"not tested: {directory} is not writable",
-            "fix pool-dir first (above)",
-        )
-    made: list[tuple[int, str]] = []
-    try:
-        made.append(tempfile.mkstemp(prefix=".csihp-doctor-", dir=directory))
-        made.append(tempfile.mkstemp(prefix=".csihp-doctor-", dir=directory))
-        (src_fd, _), (dst_fd, _) = made
-        # One block of real data: a reflink of an empty file would prove nothing.
-        os.write(src_fd, b"csi-hostpath doctor\n" * 205)
-        fcntl.ioctl(dst_fd, FICLONE, src_fd)
-    except OSError as exc:
-        if exc.errno in _NO_REFLINK_ERRNOS:
-            detail = f"reflink: no (snapshots copy data extents; still sparse) on {fs}"
-            return Finding("pool-reflink", "ok", detail)
-        return Finding(
-            "pool-reflink",
-            "warn",
-            f"reflink could not be tested in {directory}: {exc.strerror}",
-            "check that the pool filesystem has free space and accepts writes",
-        )
-    finally:
-        for fd, name in made:
-            os.close(fd)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(name)
-    return Finding("pool-reflink", "ok", f"reflink: yes (snapshots are instant) on {fs}")

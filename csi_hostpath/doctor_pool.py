@@ -1,0 +1,108 @@
+"""Doctor checks of the pool directory: writable, space, reflink."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import tempfile
+from pathlib import Path
+
+from csi_hostpath.doctor_finding import (
+    Finding,
+    describe_fs,
+    human_size,
+    nearest_existing,
+    writable_dir,
+)
+from csi_hostpath.system.linux import FICLONE
+
+LOW_SPACE_BYTES = 1 << 30
+# FICLONE's answers when the filesystem (or the pair of files) cannot share extents.
+_NO_REFLINK_ERRNOS = (errno.EOPNOTSUPP, errno.ENOTTY, errno.EINVAL, errno.EXDEV)
+
+
+def check_pool(pool_dir: Path) -> list[Finding]:
+    # A missing pool is measured where `serve` would create it: its nearest existing parent.
+    probe = nearest_existing(pool_dir)
+    fs = describe_fs(probe)
+    findings = [_check_pool_dir(pool_dir, probe, fs)]
+    st = os.statvfs(probe)
+    free, total = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+    where = "" if probe == pool_dir.absolute() else f" (measured at {probe})"
+    space = f"{human_size(free)} free of {human_size(total)}{where}"
+    if free < LOW_SPACE_BYTES:
+        findings.append(
+            Finding(
+                "pool-space",
+                "warn",
+                f"only {space}",
+                "free space there or pass a --pool-dir on a bigger filesystem: volumes are thin, "
+                "so writes inside them fail with ENOSPC once the pool fills",
+            )
+        )
+    else:
+        findings.append(Finding("pool-space", "ok", space))
+    findings.append(_check_reflink(probe, fs))
+    return findings
+
+
+def _check_pool_dir(pool_dir: Path, probe: Path, fs: str) -> Finding:
+    if probe == pool_dir.absolute():
+        if not writable_dir(pool_dir):
+            return Finding(
+                "pool-dir",
+                "fail",
+                f"{pool_dir} is not a writable directory ({fs})",
+                f"make {pool_dir} a directory writable by root (mount it read-write), or pass "
+                "another --pool-dir; the volumes' backing files live there",
+            )
+        return Finding("pool-dir", "ok", f"{pool_dir} is writable ({fs})")
+    if not writable_dir(probe):
+        return Finding(
+            "pool-dir",
+            "fail",
+            f"{pool_dir} does not exist and can't be created: {probe} is not writable",
+            f"create it (`mkdir -p {pool_dir}`) or pass a writable --pool-dir",
+        )
+    return Finding(
+        "pool-dir",
+        "warn",
+        f"{pool_dir} does not exist; it will be created when `serve` starts ({fs})",
+        "nothing to do on a new node; in shared scope, mount the shared filesystem there first",
+    )
+
+
+def _check_reflink(directory: Path, fs: str) -> Finding:
+    if not writable_dir(directory):
+        return Finding(
+            "pool-reflink",
+            "warn",
+            f"not tested: {directory} is not writable",
+            "fix pool-dir first (above)",
+        )
+    made: list[tuple[int, str]] = []
+    try:
+        made.append(tempfile.mkstemp(prefix=".csihp-doctor-", dir=directory))
+        made.append(tempfile.mkstemp(prefix=".csihp-doctor-", dir=directory))
+        (src_fd, _), (dst_fd, _) = made
+        # One block of real data: a reflink of an empty file would prove nothing.
+        os.write(src_fd, b"csi-hostpath doctor\n" * 205)
+        fcntl.ioctl(dst_fd, FICLONE, src_fd)
+    except OSError as exc:
+        if exc.errno in _NO_REFLINK_ERRNOS:
+            detail = f"reflink: no (snapshots copy data extents; still sparse) on {fs}"
+            return Finding("pool-reflink", "ok", detail)
+        return Finding(
+            "pool-reflink",
+            "warn",
+            f"reflink could not be tested in {directory}: {exc.strerror}",
+            "check that the pool filesystem has free space and accepts writes",
+        )
+    finally:
+        for fd, name in made:
+            os.close(fd)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name)
+    return Finding("pool-reflink", "ok", f"reflink: yes (snapshots are instant) on {fs}")
