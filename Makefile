@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 # Prebuilt Go test tools (csi-sanity) beside the checkout, where CI keeps them; see tests/conformance.
 SHARED_BIN ?= $(abspath $(CURDIR)/../shared/bin)
 
-.PHONY: help install proto run demo doctor test unit lint typecheck clean
+.PHONY: help install system-deps proto run demo doctor test unit lint typecheck clean
 
 .DEFAULT_GOAL := help
 # Deployment, reliability and benchmark targets live in their own fragments.
@@ -28,10 +28,15 @@ $(VENV)/.installed: pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e '.[dev]'
 	@touch $@
 
+# A tool that can't be installed here (not root, no apt) is named with its package; the tests that
+# need it skip, and the driver's doctor says the same.
+system-deps:  ## install the system tools (e2fsprogs, xfsprogs, util-linux) if missing (root + apt)
+	@bash tools/ensure-system-deps.sh --soft
+
 proto: install  ## regenerate csi_hostpath/_pb from proto/csi.proto (pinned grpcio-tools)
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH bash tools/genproto.sh
 
-run: install  ## serve the driver on a local socket, state in ./.run (Ctrl-C stops it)
+run: install system-deps  ## serve the driver on a local socket, state in ./.run (Ctrl-C stops it)
 	@mkdir -p $(RUN_DIR)
 	@echo "csi-hostpath: socket $(RUN_DIR)/csi.sock, state $(RUN_DIR)/state"
 	$(VENV)/bin/csi-hostpath serve --endpoint $(ENDPOINT) --node-id $(NODE_ID) \
@@ -46,10 +51,11 @@ doctor: install  ## check this machine (loop devices, tools, kernel, pool) and s
 lint: install  ## ruff and mypy --strict on the package
 	$(VENV)/bin/ruff check csi_hostpath tests
 	$(VENV)/bin/mypy
+	$(VENV)/bin/shellcheck tools/*.sh .ci/run
 
 typecheck: lint  ## alias of lint
 
-test: install lint  ## lint, then every test, the real csi-sanity included (real loop devices: needs root)
+test: install system-deps lint  ## lint, then every test, the real csi-sanity included (real loop devices: needs root)
 	PATH=$(SHARED_BIN):$$PATH $(PY) -m pytest -q $(PYTEST_ARGS)
 
 unit: install  ## the fast tests only (no root needed)

@@ -16,6 +16,7 @@ from csi_hostpath._pb import csi_pb2 as pb
 from tests import helpers as h
 from tests.conftest import Client
 from tests.kernel import loops_backed_under
+from tests.needs import needs_fs
 
 pytestmark = pytest.mark.real
 C = grpc.StatusCode
@@ -98,7 +99,10 @@ def _from_source(
     ).volume
 
 
-@pytest.mark.parametrize(("fs_type", "base"), [("ext4", 64 * MiB), ("xfs", 320 * MiB)])
+@pytest.mark.parametrize(
+    ("fs_type", "base"),
+    [("ext4", 64 * MiB), pytest.param("xfs", 320 * MiB, marks=needs_fs("xfs"))],
+)
 def test_snapshot_restore_and_clone_keep_the_original_data(
     driver: Client, mount: Any, workdir: Path, fs_type: str, base: int
 ) -> None:
@@ -161,7 +165,7 @@ def test_snapshot_of_10gib_volume_with_100mib_uses_about_100mib(
     assert 100 * MiB <= allocated <= 110 * MiB, allocated
 
 
-@pytest.mark.parametrize("fs_type", ["xfs", "ext4"])
+@pytest.mark.parametrize("fs_type", [pytest.param("xfs", marks=needs_fs("xfs")), "ext4"])
 def test_online_expansion_shows_in_df(
     driver: Client, mount: Any, workdir: Path, fs_type: str
 ) -> None:

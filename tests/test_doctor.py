@@ -17,6 +17,7 @@ import pytest
 
 from csi_hostpath import doctor
 from csi_hostpath.doctor import Finding, diagnose, exit_code, render
+from tests.needs import needs_fs, skip_unless_tools
 
 TOOLS = (
     "mkfs.ext4",
@@ -54,9 +55,7 @@ def _by_check(findings: list[Finding]) -> dict[str, Finding]:
 
 def _real_tools() -> dict[str, str]:
     found = {name: shutil.which(name) for name in TOOLS}
-    missing = [name for name, path in found.items() if path is None]
-    if missing:
-        pytest.skip(f"needs {', '.join(missing)} installed")
+    skip_unless_tools(*TOOLS)
     return {name: path for name, path in found.items() if path is not None}
 
 
@@ -282,6 +281,7 @@ def test_cap_sys_resource_is_read_from_capeff(
 
 
 @pytest.mark.real
+@needs_fs("xfs")
 def test_reflink_on_an_xfs_pool(scratch: Path) -> None:
     _needs_loop_control()
     _real_tools()

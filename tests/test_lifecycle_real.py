@@ -14,6 +14,7 @@ from csi_hostpath._pb import csi_pb2 as pb
 from tests import helpers as h
 from tests.conftest import Client
 from tests.kernel import loops_backed_under, mounts_under
+from tests.needs import needs_fs
 
 pytestmark = pytest.mark.real
 MiB = h.MiB
@@ -75,7 +76,9 @@ def _lifecycle(driver: Client, workdir: Path, cap: object, size: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("fs_type", "size"), [("ext4", 64 * MiB), ("xfs", 320 * MiB)], ids=["ext4", "xfs"]
+    ("fs_type", "size"),
+    [("ext4", 64 * MiB), pytest.param("xfs", 320 * MiB, marks=needs_fs("xfs"))],
+    ids=["ext4", "xfs"],
 )
 def test_mount_lifecycle_keeps_data(driver: Client, workdir: Path, fs_type: str, size: int) -> None:
     _lifecycle(driver, workdir, h.mount_cap(fs_type), size)

@@ -16,6 +16,7 @@ from csi_hostpath._pb import csi_pb2 as pb
 from tests import helpers as h
 from tests.e2e.harness import PV, Cluster, Kubelet, Pod
 from tests.kernel import loops_backed_under
+from tests.needs import needs_fs
 from tests.test_ledger_multinode import wait_for
 
 pytestmark = pytest.mark.real
@@ -30,6 +31,7 @@ def _healthy(kubelet: Kubelet, pv: PV, path: Path) -> None:
     assert total > 0 and stats.usage[0].unit == pb.VolumeUsage.BYTES, stats
 
 
+@needs_fs("xfs")
 def test_reboot_then_kubelet_retries_bring_every_volume_back(
     make_cluster: Callable[..., Cluster], workdir: Path
 ) -> None:

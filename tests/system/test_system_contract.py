@@ -16,6 +16,7 @@ import pytest
 
 from csi_hostpath.system.base import CommandError, NoSpace
 from csi_hostpath.system.fake import fake_system
+from tests.needs import FS_TOOLS, skip_unless_tools
 
 from .conftest import Env
 
@@ -249,6 +250,8 @@ def test_detach_while_mounted_waits_for_unmount(env: Env) -> None:
 
 @pytest.mark.parametrize(("fs_type", "size"), [("ext4", EXT4_SIZE), ("xfs", XFS_SIZE)])
 def test_probe_mkfs_probe(env: Env, fs_type: str, size: int) -> None:
+    if env.real:
+        skip_unless_tools(*FS_TOOLS[fs_type])
     device = env.attach("vol", size)
     assert env.system.fs.probe(device.path) is None
     env.system.fs.mkfs(device.path, fs_type)
@@ -287,6 +290,8 @@ def test_fs_misuse(env: Env) -> None:
 
 @pytest.mark.parametrize(("fs_type", "size"), [("ext4", EXT4_SIZE), ("xfs", XFS_SIZE)])
 def test_grow_mounted_filesystem(env: Env, fs_type: str, size: int) -> None:
+    if env.real:
+        skip_unless_tools(*FS_TOOLS[fs_type])
     if env.real and fs_type == "ext4" and not _has_capability(CAP_SYS_RESOURCE):
         # EXT4_IOC_RESIZE_FS checks CAP_SYS_RESOURCE; resize2fs reports "Permission denied".
         pytest.skip("online ext4 resize needs CAP_SYS_RESOURCE, which this process lacks")
