@@ -25,8 +25,10 @@ from csi_hostpath.config import Config
 from csi_hostpath.service import health as readiness
 from csi_hostpath.service.controller import ControllerService
 from csi_hostpath.service.metrics import Metrics, build_metrics
+from csi_hostpath.service.modify import ModifyService
 from csi_hostpath.service.node import NodeService
 from csi_hostpath.store.db import Store
+from csi_hostpath.store.mutable import MutableRecords
 from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.base import System
 
@@ -140,7 +142,8 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
         )
         pb_grpc.add_IdentityServicer_to_server(IdentityServicer(config, store), server)
         if controller is not None:
-            pb_grpc.add_ControllerServicer_to_server(ControllerServicer(controller), server)
+            modify = ModifyService(store, MutableRecords(layout.root))
+            pb_grpc.add_ControllerServicer_to_server(ControllerServicer(controller, modify), server)
         if node is not None:
             pb_grpc.add_NodeServicer_to_server(NodeServicer(node), server)
         # The standard gRPC health service, beside Probe, for probes that speak it.

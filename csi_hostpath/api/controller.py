@@ -7,8 +7,9 @@ from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.api import convert
 from csi_hostpath.api.status import rpc
-from csi_hostpath.core.errors import InvalidRequest, NotImplementedHere
+from csi_hostpath.core.errors import InvalidRequest
 from csi_hostpath.service.controller import ControllerService
+from csi_hostpath.service.modify import ModifyService
 
 RPC = pb.ControllerServiceCapability.RPC
 # GET_SNAPSHOT is advertised: the csi-sanity built from csi-test's v5.5.0 changelog knows it and
@@ -28,6 +29,7 @@ CAPABILITIES = (
     RPC.EXPAND_VOLUME,
     RPC.GET_VOLUME,
     RPC.VOLUME_CONDITION,
+    RPC.MODIFY_VOLUME,
 )
 
 
@@ -36,8 +38,9 @@ def _condition(state: tuple[bool, str]) -> pb.VolumeCondition:
 
 
 class ControllerServicer(pb_grpc.ControllerServicer):
-    def __init__(self, service: ControllerService) -> None:
+    def __init__(self, service: ControllerService, modify: ModifyService) -> None:
         self.service = service
+        self.modify = modify
 
     @rpc
     def CreateVolume(
@@ -47,6 +50,7 @@ class ControllerServicer(pb_grpc.ControllerServicer):
             raise InvalidRequest("name is required")
         if not request.volume_capabilities:
             raise InvalidRequest("volume_capabilities are required")
+        tuning = self.modify.check(request.mutable_parameters)
         created = self.service.create_volume(
             name=request.name,
             capabilities=convert.capabilities(request.volume_capabilities),
@@ -56,6 +60,7 @@ class ControllerServicer(pb_grpc.ControllerServicer):
             content_source=convert.content_source(request),
             topology=convert.topology_requirement(request),
         )
+        self.modify.created(created.volume.volume_id, tuning)
         return pb.CreateVolumeResponse(
             volume=convert.volume_to_pb(created.volume, created.volume_context, created.topology)
         )
@@ -65,6 +70,7 @@ class ControllerServicer(pb_grpc.ControllerServicer):
         self, request: pb.DeleteVolumeRequest, context: grpc.ServicerContext
     ) -> pb.DeleteVolumeResponse:
         self.service.delete_volume(request.volume_id)
+        self.modify.deleted(request.volume_id)
         return pb.DeleteVolumeResponse()
 
     @rpc
@@ -228,5 +234,7 @@ class ControllerServicer(pb_grpc.ControllerServicer):
     def ControllerModifyVolume(
         self, request: pb.ControllerModifyVolumeRequest, context: grpc.ServicerContext
     ) -> pb.ControllerModifyVolumeResponse:
-        # MODIFY_VOLUME is not advertised: this driver has no mutable parameters.
-        raise NotImplementedHere("ControllerModifyVolume is not supported: no mutable parameters")
+        if not request.volume_id:
+            raise InvalidRequest("volume_id is required")
+        self.modify.modify(request.volume_id, request.mutable_parameters)
+        return pb.ControllerModifyVolumeResponse()

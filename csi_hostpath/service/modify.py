@@ -1,0 +1,44 @@
+"""ControllerModifyVolume and CreateVolume's mutable_parameters: validate, merge, record.
+
+The controller only records what a VolumeAttributesClass asks for; the node that stages the
+volume applies it (service/tuning.py), at stage time and on its fence pass after a change."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from csi_hostpath.core.errors import VolumeNotFound
+from csi_hostpath.core.mutable import Tuning, parse_mutable
+from csi_hostpath.core.naming import is_volume_id
+from csi_hostpath.store.db import Store
+from csi_hostpath.store.mutable import MutableRecords
+
+log = logging.getLogger(__name__)
+
+
+class ModifyService:
+    def __init__(self, store: Store, records: MutableRecords) -> None:
+        self.store = store
+        self.records = records
+
+    @staticmethod
+    def check(parameters: Mapping[str, str]) -> Tuning:
+        """Refuse unknown keys and bad values before anything is created."""
+        return parse_mutable(parameters)
+
+    def modify(self, volume_id: str, parameters: Mapping[str, str]) -> Tuning:
+        change = parse_mutable(parameters)
+        if not is_volume_id(volume_id) or self.store.get_volume(volume_id) is None:
+            raise VolumeNotFound(f"volume {volume_id!r} does not exist")
+        merged = self.records.read(volume_id).merged(change)
+        self.records.write(volume_id, merged)
+        log.info("volume %s: mutable parameters now %s", volume_id, merged.as_parameters())
+        return merged
+
+    def created(self, volume_id: str, tuning: Tuning) -> None:
+        if tuning != Tuning():
+            self.records.write(volume_id, tuning)
+
+    def deleted(self, volume_id: str) -> None:
+        self.records.remove(volume_id)
