@@ -232,11 +232,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as e:
             print(f"csi-hostpath: {e}", file=sys.stderr)
             return 2
+        from csi_hostpath.endpoint import EndpointRefused
         from csi_hostpath.server import StateDirLocked, serve
 
         try:
             return serve(config)
-        except StateDirLocked as e:
+        except (StateDirLocked, EndpointRefused) as e:
             print(f"csi-hostpath: {e}", file=sys.stderr)
             return 1
     setup_logging("WARNING")

@@ -22,6 +22,7 @@ from csi_hostpath.api.identity import IdentityServicer
 from csi_hostpath.api.logging_interceptor import LoggingInterceptor
 from csi_hostpath.api.node import NodeServicer
 from csi_hostpath.config import Config
+from csi_hostpath.endpoint import claim_endpoint
 from csi_hostpath.service import health as readiness
 from csi_hostpath.service.controller import ControllerService
 from csi_hostpath.service.metrics import Metrics, build_metrics
@@ -160,9 +161,7 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
 
 
 def _bind(server: grpc.Server, socket_path: Path) -> None:
-    socket_path.parent.mkdir(parents=True, exist_ok=True)
-    if socket_path.exists() or socket_path.is_socket():
-        socket_path.unlink()  # a stale socket from a crash; the state-dir lock proves it is ours
+    claim_endpoint(socket_path)  # only a stale socket is removed; anything else is refused
     old_umask = os.umask(0o177)  # the socket is born 0600: only root talks to a storage driver
     try:
         server.add_insecure_port(f"unix://{socket_path}")

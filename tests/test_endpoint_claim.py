@@ -1,0 +1,91 @@
+"""Issue 11 case 10: the endpoint path is removed only when it is a stale socket. A regular file,
+a directory, or a socket another driver still serves on is refused with a clear error."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from csi_hostpath._pb import csi_pb2
+from csi_hostpath.endpoint import EndpointRefused, claim_endpoint
+from tests.conftest import in_process
+
+
+def _serve(workdir: Path, endpoint: Path, state: str) -> subprocess.CompletedProcess[str]:
+    """A second `serve` with its own state directory, on the given endpoint."""
+    return subprocess.run(
+        [sys.executable, "-m", "csi_hostpath", "serve", "--endpoint", f"unix://{endpoint}"]
+        + ["--state-dir", str(workdir / state), "--node-id", "node-b"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_regular_file_is_refused_and_kept(tmp_path: Path) -> None:
+    path = tmp_path / "csi.sock"
+    path.write_text("precious")
+    with pytest.raises(EndpointRefused, match="regular file"):
+        claim_endpoint(path)
+    assert path.read_text() == "precious"
+
+
+def test_directory_and_symlink_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    with pytest.raises(EndpointRefused, match="directory"):
+        claim_endpoint(tmp_path / "d")
+    (tmp_path / "l").symlink_to(tmp_path / "d")
+    with pytest.raises(EndpointRefused, match="symlink"):
+        claim_endpoint(tmp_path / "l")
+    assert (tmp_path / "d").is_dir()
+
+
+def test_stale_socket_is_removed(tmp_path: Path) -> None:
+    path = tmp_path / "csi.sock"
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(str(path))
+    s.close()  # a crash leaves the inode behind with nobody listening
+    assert path.is_socket()
+    claim_endpoint(path)
+    assert not path.exists()
+
+
+def test_live_socket_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "csi.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.bind(str(path))
+        s.listen(1)
+        with pytest.raises(EndpointRefused, match="another process is serving"):
+            claim_endpoint(path)
+    assert path.is_socket()
+
+
+def test_missing_path_gets_its_parent(tmp_path: Path) -> None:
+    claim_endpoint(tmp_path / "a" / "b" / "csi.sock")
+    assert (tmp_path / "a" / "b").is_dir()
+
+
+@pytest.mark.real
+def test_second_driver_with_another_state_dir_does_not_take_over(workdir: Path) -> None:
+    from csi_hostpath.system.fake import fake_system
+
+    with in_process(workdir, "a", system=lambda pool: fake_system(pool)) as client:
+        out = _serve(workdir, client.socket, "b-state")
+        assert out.returncode == 1, out.stderr
+        assert "another process is serving" in out.stderr
+        # The first driver still owns its socket and answers.
+        client.identity.Probe(csi_pb2.ProbeRequest(), timeout=5)
+
+
+@pytest.mark.real
+def test_serve_refuses_a_regular_file_endpoint(workdir: Path) -> None:
+    path = workdir / "notasocket"
+    path.write_text("precious")
+    out = _serve(workdir, path, "s-state")
+    assert out.returncode == 1, out.stderr
+    assert "regular file" in out.stderr
+    assert path.read_text() == "precious"
