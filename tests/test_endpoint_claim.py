@@ -17,9 +17,10 @@ from tests.conftest import in_process
 
 def _serve(workdir: Path, endpoint: Path, state: str) -> subprocess.CompletedProcess[str]:
     """A second `serve` with its own state directory, on the given endpoint."""
+    args = ["serve", "--endpoint", f"unix://{endpoint}", "--state-dir", str(workdir / state)]
     return subprocess.run(
-        [sys.executable, "-m", "csi_hostpath", "serve", "--endpoint", f"unix://{endpoint}"]
-        + ["--state-dir", str(workdir / state), "--node-id", "node-b"],
+        [sys.executable, "-m", "csi_hostpath", *args, "--node-id", "node-b"],
+        check=False,
         capture_output=True,
         text=True,
         timeout=60,
