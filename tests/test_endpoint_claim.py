@@ -74,7 +74,7 @@ def test_missing_path_gets_its_parent(tmp_path: Path) -> None:
 def test_second_driver_with_another_state_dir_does_not_take_over(workdir: Path) -> None:
     from csi_hostpath.system.fake import fake_system
 
-    with in_process(workdir, "a", system=lambda pool: fake_system(pool)) as client:
+    with in_process(workdir, "a", system=fake_system) as client:
         out = _serve(workdir, client.socket, "b-state")
         assert out.returncode == 1, out.stderr
         assert "another process is serving" in out.stderr
