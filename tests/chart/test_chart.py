@@ -161,10 +161,6 @@ def test_registration_path_is_the_node_plugin_socket(rendered: Rendered) -> None
     assert posixpath.join(reg_host_dir, posixpath.relpath(reg_sock, reg_mount)) == on_host
     kubelet_dir = rendered.values["node"]["kubeletDir"].rstrip("/")
     assert host_path_at(spec, registrar, "/registration") == f"{kubelet_dir}/plugins_registry"
-    # The registrar's own liveness probe names the same registration path.
-    probe = registrar["livenessProbe"]["exec"]["command"]
-    assert f"--kubelet-registration-path={on_host}" in probe
-    assert "--mode=kubelet-registration-probe" in probe
 
 
 def test_sidecars_dial_the_driver_socket(rendered: Rendered) -> None:
@@ -381,7 +377,7 @@ def test_liveness_probes_reach_the_livenessprobe_sidecar(rendered: Rendered) -> 
         ports = {p["name"]: p["containerPort"] for p in driver["ports"]}
         assert driver["livenessProbe"]["httpGet"]["port"] == "healthz"
         probe = container(spec, "liveness-probe")
-        assert flag(probe, "health-port") == str(ports["healthz"])
+        assert flag(probe, "http-endpoint") == f":{ports['healthz']}"
 
 
 def test_notes_render(rendered: Rendered) -> None:

@@ -1,0 +1,78 @@
+"""The chart against the pinned sidecar releases' own deploy manifests and source (issue 13).
+
+Each test names the upstream file it follows; each failed on the chart before the fix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.chart.chart_tool import SNAPSHOT_API, Rendered
+from tests.chart.conftest import Case, rendered_case
+from tests.chart.test_chart import container, controller_pod, flag, node_pod
+
+Obj = dict[str, Any]
+
+
+def rules_of(r: Rendered, suffix: str) -> list[Obj]:
+    roles = [o for o in r.of_kind("ClusterRole") if o["metadata"]["name"].endswith(suffix)]
+    assert len(roles) == 1, f"expected one ClusterRole *{suffix}"
+    rules: list[Obj] = roles[0]["rules"]
+    return rules
+
+
+def verbs_on(rules: list[Obj], group: str, resource: str) -> set[str]:
+    return {
+        v
+        for rule in rules
+        if group in rule["apiGroups"] and resource in rule["resources"]
+        for v in rule["verbs"]
+    }
+
+
+def test_registrar_liveness_is_an_http_healthz(rendered: Rendered) -> None:
+    """node-driver-registrar v2.17.0: --mode=kubelet-registration-probe exits 0 whatever happens
+    (cmd/csi-node-driver-registrar/main.go), so an exec probe in that mode never fails. /healthz on
+    --http-endpoint checks the registration socket (node_register.go)."""
+    registrar = container(node_pod(rendered), "node-driver-registrar")
+    port = rendered.values["sidecars"]["nodeDriverRegistrar"]["httpPort"]
+    assert flag(registrar, "http-endpoint") == f":{port}"
+    assert not any(a.startswith(("--mode=", "--health-port=")) for a in registrar["args"])
+    probe = registrar["livenessProbe"]
+    assert "exec" not in probe
+    assert probe["httpGet"]["path"] == "/healthz"
+    ports = {p["name"]: p["containerPort"] for p in registrar["ports"]}
+    assert ports[probe["httpGet"]["port"]] == port
+
+
+def test_livenessprobe_uses_http_endpoint(rendered: Rendered) -> None:
+    """livenessprobe v2.19.0 marks --health-port deprecated (cmd/livenessprobe/main.go)."""
+    for spec, key in ((controller_pod(rendered), "controller"), (node_pod(rendered), "node")):
+        probe = container(spec, "liveness-probe")
+        assert flag(probe, "http-endpoint") == f":{rendered.values[key]['healthPort']}"
+        assert not any(a.startswith("--health-port") for a in probe["args"])
+
+
+def test_provisioner_protects_the_snapshot_it_restores() -> None:
+    """external-provisioner v6.2+ puts a finalizer on a restore's source VolumeSnapshot and sweeps
+    orphaned ones: watch and update (deploy/kubernetes/rbac.yaml of v6.3.0)."""
+    r = rendered_case(Case("snapshot-api", {}, (SNAPSHOT_API,)))
+    rules = rules_of(r, "-provisioner")
+    group = "snapshot.storage.k8s.io"
+    assert verbs_on(rules, group, "volumesnapshots") == {"get", "list", "watch", "update"}
+    assert verbs_on(rules, group, "volumesnapshotcontents") == {"get", "list"}
+
+
+def test_snapshotter_creates_no_contents() -> None:
+    """The snapshot-controller creates VolumeSnapshotContents; the csi-snapshotter sidecar only
+    updates them (deploy/kubernetes/csi-snapshotter/rbac-csi-snapshotter.yaml of v8.6.0)."""
+    r = rendered_case(Case("snapshot-api", {}, (SNAPSHOT_API,)))
+    rules = rules_of(r, "-snapshotter")
+    group = "snapshot.storage.k8s.io"
+    assert verbs_on(rules, group, "volumesnapshotcontents") == {
+        "get",
+        "list",
+        "watch",
+        "update",
+        "patch",
+    }
+    assert verbs_on(rules, group, "volumesnapshotcontents/status") == {"update", "patch"}
