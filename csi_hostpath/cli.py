@@ -21,6 +21,16 @@ from csi_hostpath.config import DEFAULT_DRIVER_NAME, Config, Mode, PoolScope
 DEFAULT_STATE_DIR = "/var/lib/csi-hostpath"
 
 
+def _size(text: str) -> int:
+    """A size in bytes as a Kubernetes quantity: 0, 10737418240, 10Gi, 1.5Ti, 1e12."""
+    from csi_hostpath.core.quantity import QuantityError, parse_bytes
+
+    try:
+        return parse_bytes(text)
+    except QuantityError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _positive_float(text: str) -> float:
     value = float(text)
     # nan compares false with everything, so `nan <= 0` lets it through and every later
@@ -85,9 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME)
     serve.add_argument(
         "--max-volume-size",
-        type=_non_negative_int,
+        type=_size,
         default=0,
-        help="largest volume in bytes (0: as large as the pool)",
+        help="largest volume, in bytes or as a quantity like 10Gi (0: as large as the pool)",
     )
     serve.add_argument(
         "--max-volumes-per-node",

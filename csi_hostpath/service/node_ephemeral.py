@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
 import time
 from collections.abc import Callable, Mapping
 
 from csi_hostpath.config import Config
-from csi_hostpath.core import access
+from csi_hostpath.core import access, quantity
 from csi_hostpath.core.context_keys import EPHEMERAL_SIZE_KEY, FS_TYPE_KEY
 from csi_hostpath.core.errors import Incompatible, InvalidRequest, NoCapacity
 from csi_hostpath.core.model import AccessType, Capability, NodeStaging
@@ -24,29 +23,17 @@ from csi_hostpath.system.base import System
 log = logging.getLogger("csi_hostpath.service.node")
 
 EPHEMERAL_DEFAULT_SIZE = 100 * access.MiB
-_SIZE = re.compile(r"(\d+)(Ki|Mi|Gi|Ti|K|M|G|T)?")
-_UNITS = {
-    None: 1,
-    "K": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "Ki": 1 << 10,
-    "Mi": 1 << 20,
-    "Gi": 1 << 30,
-    "Ti": 1 << 40,
-}
 
 # Publishes a staged volume at a target: NodeService's own step, shared with inline volumes.
 PublishStaged = Callable[[str, NodeStaging, str, Capability, bool], None]
 
 
 def parse_size(text: str) -> int:
-    """Kubernetes quantities as volume attributes use them: "100Mi", "1Gi", "5000000"."""
-    match = _SIZE.fullmatch(text.strip())
-    if match is None:
-        raise InvalidRequest(f"size {text[:40]!r} is not a quantity like 100Mi or 1Gi")
-    return int(match.group(1)) * _UNITS[match.group(2)]
+    """The size attribute of an inline volume: a Kubernetes quantity ("100Mi", "1.5Gi", "1e9")."""
+    try:
+        return quantity.parse_bytes(text)
+    except quantity.QuantityError as exc:
+        raise InvalidRequest(f"size {text[:40]!r} is not a usable quantity: {exc}") from None
 
 
 def ephemeral_volume_id(node_id: str, kubelet_volume_id: str) -> str:

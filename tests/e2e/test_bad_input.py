@@ -17,7 +17,6 @@ each RPC's run, Probe answers ready. Then raw malformed protobuf bytes go to eve
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import string
 import tempfile
@@ -37,6 +36,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from csi_hostpath._pb import csi_pb2 as pb
+from csi_hostpath.core.quantity import QuantityError, parse_bytes
 from tests import helpers as h
 from tests.conftest import Client, DriverProcess, driver_args
 from tests.kernel import cleanup_kernel
@@ -345,19 +345,16 @@ INT32 = st.one_of(
 )
 UINT32 = st.integers(0, 2**32 - 1)
 UINT64 = st.integers(0, 2**64 - 1)
-SIZE = re.compile(r"(\d+)(Ki|Mi|Gi|Ti|K|M|G|T)?")
-UNITS = {None: 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
-UNITS.update({"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40})
 
 
 def _ephemeral_size_ok(text: str) -> bool:
     """Keep inline volume sizes that are cheap to serve: up to 1 GiB (a real mkfs runs), or
-    past int64 (refused) once that bug is fixed."""
-    match = SIZE.fullmatch(text.strip())
-    if match is None:
+    not a size at all (refused)."""
+    try:
+        size = parse_bytes(text)
+    except QuantityError:
         return True  # refused by the driver: cheap
-    size = int(match.group(1)) * UNITS[match.group(2)]
-    return size <= 1 << 30 or (size >= 2**63 and "ephemeral-size-overflow" not in KNOWN_BUGS)
+    return size <= 1 << 30
 
 
 def _refusable(path: str) -> str:
