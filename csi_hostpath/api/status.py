@@ -33,6 +33,7 @@ STATUS_OF: dict[type[Exception], grpc.StatusCode] = {
     errors.NodeAlive: grpc.StatusCode.FAILED_PRECONDITION,
     errors.NotReady: grpc.StatusCode.FAILED_PRECONDITION,
     errors.TargetBusy: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.ForeignMount: grpc.StatusCode.FAILED_PRECONDITION,
     errors.OnlineResizeUnavailable: grpc.StatusCode.FAILED_PRECONDITION,
     errors.NotImplementedHere: grpc.StatusCode.UNIMPLEMENTED,
     errors.Busy: grpc.StatusCode.ABORTED,

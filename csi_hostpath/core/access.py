@@ -49,8 +49,53 @@ def check_capability(cap: Capability) -> None:
                 f"fs_type {cap.fs_type!r} is not supported; "
                 f"use one of {', '.join(SUPPORTED_FS_TYPES)}"
             )
+        changing = source_changing_options(cap.mount_flags)
+        if changing:
+            raise InvalidRequest(
+                f"mount_flags {changing} would change the mount source: this driver mounts the "
+                "volume's own loop device; drop them (loop, offset=, sizelimit=, encryption=, "
+                "bind, rbind, move, remount and x-mount.* are refused)"
+            )
     elif cap.fs_type or cap.mount_flags:
         raise InvalidRequest("a block capability can't carry fs_type or mount_flags")
+
+
+# Options that change what is mounted rather than how: mount(8) would set up a loop device of its
+# own over the volume's (loop, offset=, sizelimit=, encryption=), or mount something else than
+# the volume's device (bind, rbind, move, remount, the x-mount.* helpers). A second loop device
+# is invisible to teardown, which then answers OK with the volume still mounted.
+_SOURCE_OPTIONS = frozenset({"loop", "bind", "rbind", "move", "remount"})
+_SOURCE_PREFIXES = ("loop=", "offset=", "sizelimit=", "encryption=", "x-mount.")
+
+
+def _split(flags: Sequence[str]) -> list[str]:
+    # One CSI mount flag may hold several options joined by commas, as mount -o takes them.
+    return [o.strip() for flag in flags for o in flag.split(",") if o.strip()]
+
+
+def source_changing_options(flags: Sequence[str]) -> list[str]:
+    """The options among flags that change the mount source (refused)."""
+    return [
+        o
+        for o in _split(flags)
+        if o.lower() in _SOURCE_OPTIONS or o.lower().startswith(_SOURCE_PREFIXES)
+    ]
+
+
+# Per-mount flags the kernel shows for a mount (mountinfo field 6) exactly as mount -o takes them,
+# so a second NodeStage can be compared with the live mount. Filesystem options are not shown
+# there, "ro" also comes from the grant, and the atime flags override each other.
+_VFS_PAIRS = {"nodev": "dev", "noexec": "exec", "nosuid": "suid"}
+
+
+def vfs_flags(options: Sequence[str]) -> frozenset[str]:
+    found: set[str] = set()
+    for o in _split(options):
+        if o in _VFS_PAIRS:
+            found.add(o)
+        elif "no" + o in _VFS_PAIRS:
+            found.discard("no" + o)  # the later option wins, as in mount(8)
+    return frozenset(found)
 
 
 def volume_fs_type(caps: Sequence[Capability]) -> str:

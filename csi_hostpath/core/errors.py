@@ -93,3 +93,8 @@ class OnlineResizeUnavailable(DriverError):
 
 class TargetBusy(DriverError):
     """A path can't be unmounted now: a process or a nested mount holds it (the CO retries)."""
+
+
+class ForeignMount(DriverError):
+    """Something other than the volume is mounted where the volume is: never unmounted for it,
+    and the volume is not torn down from under it (FAILED_PRECONDITION)."""

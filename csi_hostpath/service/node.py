@@ -223,6 +223,8 @@ class NodeService:
                 )
                 if fs_type not in access.SUPPORTED_FS_TYPES:
                     raise WrongAccessForVolume(f"fs_type {fs_type!r} is not supported")
+            if existing is not None:
+                self._check_same_stage(existing, cap, fs_type)
             if cap.access_type == AccessType.MOUNT:
                 self.mounts.prepare_dir(staging_path, "staging_target_path")
             # A reader's stage gets a read-only loop device: a read-only bind of a block device
@@ -261,6 +263,22 @@ class NodeService:
                 staging_path,
                 device.path,
                 fs_type or "block",
+            )
+
+    def _check_same_stage(self, existing: NodeStaging, cap: Capability, fs_type: str) -> None:
+        """A repeated NodeStage must ask for what is staged; other flags are ALREADY_EXISTS."""
+        problems = []
+        if fs_type != existing.fs_type:
+            problems.append(f"as {existing.fs_type or 'block'}, not {fs_type or 'block'}")
+        mounted = self.system.mounts.find(existing.staging_path)
+        if cap.access_type == AccessType.MOUNT and mounted is not None:
+            have, want = access.vfs_flags(mounted.options), access.vfs_flags(cap.mount_flags)
+            if have != want:
+                problems.append(f"with mount flags {sorted(have)}, not {sorted(want)}")
+        if problems:
+            raise Incompatible(
+                f"volume {existing.volume_id} is already staged at {existing.staging_path} "
+                f"{' and '.join(problems)}; unstage it before staging it differently"
             )
 
     def _check_no_other_live_stager(self, volume_id: str) -> None:

