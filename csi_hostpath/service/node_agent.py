@@ -6,13 +6,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 from csi_hostpath.config import Config
 from csi_hostpath.core import ledger
 from csi_hostpath.core.errors import Busy
-from csi_hostpath.core.model import AccessType, NodeStaging
+from csi_hostpath.core.model import AccessType, NodePublication, NodeStaging
 from csi_hostpath.core.naming import loop_tag
 from csi_hostpath.service.guard import InFlight
+from csi_hostpath.service.node_adopt import heartbeat_entry
 from csi_hostpath.service.node_mounts import NodeMounts
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout
@@ -44,6 +47,11 @@ class NodeAgent:
         # file write themselves; the background thread writes it, coalescing bursts.
         self._beat_soon = threading.Event()
         self._thread: threading.Thread | None = None
+        # Volume ID -> what this node left in place because no record claims it (node_adopt);
+        # the heartbeat reports them, so inspect shows them and no other node stages them.
+        self.unclaimed: dict[str, dict[str, Any]] = {}
+        # Reconcile's items that failed at start, retried on each fence pass (node_repair).
+        self.retry: Callable[[], None] | None = None
 
     def beat_soon(self) -> None:
         """Ask the background thread for a heartbeat at its next wake-up."""
@@ -51,19 +59,12 @@ class NodeAgent:
 
     def beat(self) -> None:
         """Heartbeat, carrying what this node has staged and published (for operators)."""
-        targets: dict[str, list[str]] = {}
+        publications: dict[str, list[NodePublication]] = {}
         for p in self.store.node_publications():
-            targets.setdefault(p.volume_id, []).append(p.target_path)
-        volumes = {
-            s.volume_id: {
-                "staging": s.staging_path,
-                "device": s.device,
-                "access_type": s.access_type.value,
-                "generation": s.generation,
-                "targets": sorted(targets.get(s.volume_id, [])),
-            }
-            for s in self.store.stagings()
-        }
+            publications.setdefault(p.volume_id, []).append(p)
+        volumes: dict[str, dict[str, Any]] = dict(self.unclaimed)
+        for s in self.store.stagings():
+            volumes[s.volume_id] = heartbeat_entry(s, publications.get(s.volume_id, []))
         self.layout.beat(self.node_id, volumes)
 
     def fence_revoked(self) -> list[str]:
@@ -170,6 +171,8 @@ class NodeAgent:
                 if now >= next_fence:
                     next_fence = now + self.config.fence_interval
                     self.fence_revoked()
+                    if self.retry is not None:
+                        self.retry()
             except Exception:
                 log.exception("heartbeat/fence pass failed; trying again next interval")
                 self._stop.wait(tick)

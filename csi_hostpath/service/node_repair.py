@@ -1,18 +1,22 @@
 """Reconcile on start: repair the kernel to match this node's records (re-attach, re-mount,
-re-bind) and drop loop devices of this plugin that no record claims."""
+re-bind), item by item; kernel state no record claims goes to node_adopt."""
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 
-from csi_hostpath.core.model import AccessType, Capability, NodeStaging
-from csi_hostpath.core.naming import loop_tag, loop_tag_prefix, volume_id_from_tag
+from csi_hostpath.core.errors import Busy
+from csi_hostpath.core.model import AccessType, Capability, NodePublication, NodeStaging
+from csi_hostpath.core.naming import loop_tag
+from csi_hostpath.service.node_adopt import NodeAdopt
 from csi_hostpath.service.node_agent import NodeAgent
 from csi_hostpath.service.node_ephemeral import InlineVolumes
 from csi_hostpath.service.node_mounts import NodeMounts
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool import PoolLayout
-from csi_hostpath.system.base import LoopDevice, System
+from csi_hostpath.store.pool import Heartbeat, PoolLayout
+from csi_hostpath.system.base import System
 
 # One logger for all of the node plugin, named as before it was split into modules.
 log = logging.getLogger("csi_hostpath.service.node")
@@ -36,47 +40,104 @@ class NodeRepair:
         self.mounts = mounts
         self.inline = inline
         self.agent = agent
-        self.ephemeral_dir = mounts.ephemeral_dir
+        self.adopt = NodeAdopt(node_id, store, system, mounts, str(layout.volumes), agent.unclaimed)
+        # Item name -> (volume ID or "", the step): what failed and is retried.
+        self.pending: dict[str, tuple[str, Callable[[], object]]] = {}
+        agent.retry = self.retry
 
     def reconcile(self) -> None:
-        """Repair the kernel to match this node's records; drop what no record claims."""
-        self.agent.beat()
-        self.agent.fence_revoked()
-        stagings = {s.volume_id: s for s in self.store.stagings()}
-        for s in stagings.values():
-            try:
-                self._repair_staging(s)
-            except Exception:
-                log.exception(
-                    "repair of staged volume %s failed; the CO's retry will try again", s.volume_id
-                )
+        """Repair the kernel to match this node's records, item by item: an item that fails is
+        logged with its reason and retried on each fence pass, and the plugin starts and serves
+        whatever happens to one volume. Kernel state no record claims is re-adopted or left in
+        place (node_adopt), never torn down for lack of a record."""
+        # Read before this start's first heartbeat overwrites it: it is what re-adopts volumes
+        # whose records are lost.
+        previous = self.layout.heartbeat(self.node_id)
+        self._item("unclaimed devices", "", functools.partial(self._claim_all, previous))
+        self._item("heartbeat", "", self.agent.beat)
+        self._item("fence pass", "", self.agent.fence_revoked)
+        for s in self.store.stagings():
+            self._item(f"staging of {s.volume_id}", s.volume_id,
+                       functools.partial(self._repair_staging, s))  # fmt: skip
         for p in self.store.node_publications():
-            s2 = stagings.get(p.volume_id)
-            if s2 is None:
+            self._item(f"publication of {p.volume_id} at {p.target_path}", p.volume_id,
+                       functools.partial(self._repair_publication, p))  # fmt: skip
+        self._item("inline volume sweep", "", self._sweep_inline)
+        if self.pending:
+            log.warning(
+                "repair: %d item(s) could not be repaired yet (%s); serving anyway and retrying "
+                "every fence interval",
+                len(self.pending),
+                "; ".join(self.pending),
+            )
+
+    def retry(self) -> None:
+        """Run again what reconcile could not do (called by the agent's fence pass)."""
+        if not self.pending:
+            return
+        for name, (volume_id, step) in list(self.pending.items()):
+            if not volume_id:
+                self._item(name, volume_id, step)
+                continue
+            try:
+                with self.agent.inflight.hold(volume_id, "repair"):
+                    self._item(name, volume_id, step)
+            except Busy:
+                pass  # an RPC is working on the volume; try again on the next pass
+        if not self.pending:
+            log.info("repair: every item that failed at start is repaired now")
+
+    def _item(self, name: str, volume_id: str, step: Callable[[], object]) -> None:
+        try:
+            step()
+        except Exception as e:
+            first = name not in self.pending
+            self.pending[name] = (volume_id, step)
+            log.warning(
+                "repair: %s failed%s: %s: %s",
+                name,
+                "" if first else " again",
+                type(e).__name__,
+                e,
+                exc_info=first,
+            )
+            return
+        if self.pending.pop(name, None) is not None:
+            log.warning("repair: %s succeeded on retry", name)
+
+    def _claim_all(self, previous: Heartbeat | None) -> None:
+        claimed = {s.volume_id for s in self.store.stagings()}
+        for vid, device in self.adopt.devices_without_record(claimed):
+            self._item(f"unclaimed device {device.path} ({vid})", vid,
+                       functools.partial(self.adopt.claim, vid, device, previous))  # fmt: skip
+
+    def _sweep_inline(self) -> None:
+        self.inline.sweep({s.volume_id: s for s in self.store.stagings()})
+
+    def _repair_publication(self, p: NodePublication) -> None:
+        staged = self.store.get_staging(p.volume_id)
+        mounted = self.system.mounts.find(p.target_path)
+        if staged is None:
+            if mounted is not None:
+                # A pod may be using it: the CO's NodeUnpublish takes it down, with the record.
                 log.warning(
-                    "repair: %s is recorded as published at %s but not staged; dropping the record",
+                    "repair: %s is recorded as published at %s but not staged; left mounted "
+                    "(and recorded) for the CO's NodeUnpublish",
                     p.volume_id,
                     p.target_path,
                 )
-                self.system.mounts.unmount(p.target_path)
-                self.store.delete_node_publication(p.target_path)
-                continue
-            if self.system.mounts.find(p.target_path) is None:
-                log.warning("repair: re-binding %s at %s", p.volume_id, p.target_path)
-                try:
-                    self.mounts.bind_target(p.volume_id, s2, p.target_path, p.readonly)
-                except Exception:
-                    log.exception("re-binding %s failed", p.target_path)
-        self.inline.sweep(stagings)
-        for device in self.system.loop.list(loop_tag_prefix(self.node_id)):
-            vid = volume_id_from_tag(device.tag)
-            # A tag names the node, but two plugins misconfigured with one node ID could share
-            # a kernel: only a device backed by this plugin's own pool or ephemeral directory is
-            # this plugin's to drop.
-            backing = device.backing_file
-            mine = backing.startswith((f"{self.layout.volumes}/", f"{self.ephemeral_dir}/"))
-            if vid is not None and vid not in stagings and mine:
-                self._drop_untracked(vid, device)
+                return
+            log.warning(
+                "repair: %s is recorded as published at %s but not staged, and nothing is "
+                "mounted there; dropping the record",
+                p.volume_id,
+                p.target_path,
+            )
+            self.store.delete_node_publication(p.target_path)
+            return
+        if mounted is None:
+            log.warning("repair: re-binding %s at %s", p.volume_id, p.target_path)
+            self.mounts.bind_target(p.volume_id, staged, p.target_path, p.readonly)
 
     def _repair_staging(self, s: NodeStaging) -> None:
         backing = self.mounts.backing_for(s)
@@ -110,13 +171,3 @@ class NodeRepair:
                     s.readonly,
                 )
             )
-
-    def _drop_untracked(self, volume_id: str, device: LoopDevice) -> None:
-        for m in self.system.mounts.list():
-            if m.source == device.path:
-                log.warning(
-                    "repair: unmounting %s (%s), which no record claims", m.mount_point, volume_id
-                )
-                self.system.mounts.unmount(m.mount_point, lazy=True)
-        log.warning("repair: detaching %s (%s), which no record claims", device.path, volume_id)
-        self.system.loop.detach(device.path)

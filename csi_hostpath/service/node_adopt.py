@@ -1,0 +1,184 @@
+"""Kernel state that no record claims: re-adopt it, or leave it in place and say so.
+
+A node plugin can start without its records (state.db lost, truncated, a new or mistyped
+--state-dir) while pods run on the volumes it staged. A loop device tagged with this node's ID
+proves the driver attached it; it does not prove that nothing uses it. So nothing live is torn
+down for lack of a record:
+
+- a device whose volume the node's last heartbeat (in the pool, beside the leases) reports staged
+  at a path the CO gave, and which is still mounted there, is re-adopted: its staging record and
+  its publications are written again from the heartbeat, and the CO's later NodeUnpublish and
+  NodeUnstage find them;
+- a device still in use (a mount of it or a bind of its node) that can't be re-adopted is left in
+  place with a loud warning, and listed under "unclaimed" in the heartbeat for inspect;
+- only a device nothing uses (the driver crashed between attach and mount, or between unmount and
+  detach) is detached: that is the one thing the driver itself half-made.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from csi_hostpath.core.model import AccessMode, AccessType, NodePublication, NodeStaging
+from csi_hostpath.core.naming import loop_tag_prefix, volume_id_from_tag
+from csi_hostpath.service.node_mounts import NodeMounts
+from csi_hostpath.store.db import Store
+from csi_hostpath.store.pool import Heartbeat
+from csi_hostpath.system.base import LoopDevice, MountEntry, System
+
+# One logger for all of the node plugin, named as before it was split into modules.
+log = logging.getLogger("csi_hostpath.service.node")
+
+
+def heartbeat_entry(s: NodeStaging, publications: list[NodePublication]) -> dict[str, Any]:
+    """What the heartbeat says of one staged volume: enough for operators, and enough to
+    re-adopt the volume if this node's records are lost."""
+    return {
+        "staging": s.staging_path,
+        "device": s.device,
+        "access_type": s.access_type.value,
+        "access_mode": s.access_mode.name,
+        "fs_type": s.fs_type,
+        "readonly": s.readonly,
+        "generation": s.generation,
+        "targets": sorted(p.target_path for p in publications),
+        "publications": [
+            {"target": p.target_path, "readonly": p.readonly, "mount_flags": list(p.mount_flags)}
+            for p in sorted(publications, key=lambda p: p.target_path)
+        ],
+    }
+
+
+class NodeAdopt:
+    def __init__(
+        self,
+        node_id: str,
+        store: Store,
+        system: System,
+        mounts: NodeMounts,
+        pool_volumes: str,
+        unclaimed: dict[str, dict[str, Any]],
+    ) -> None:
+        self.node_id = node_id
+        self.store = store
+        self.system = system
+        self.mounts = mounts
+        self.owned_prefixes = (f"{pool_volumes}/", f"{mounts.ephemeral_dir}/")
+        # Volume ID -> what was left in place and why; the heartbeat reports it (the agent's).
+        self.unclaimed = unclaimed
+
+    def devices_without_record(self, claimed: set[str]) -> list[tuple[str, LoopDevice]]:
+        found = []
+        for device in self.system.loop.list(loop_tag_prefix(self.node_id)):
+            vid = volume_id_from_tag(device.tag)
+            # A tag names the node, but two plugins misconfigured with one node ID could share
+            # a kernel: only a device backed by this plugin's own pool or ephemeral directory is
+            # this plugin's to look after.
+            if (
+                vid is None
+                or vid in claimed
+                or not device.backing_file.startswith(self.owned_prefixes)
+            ):
+                continue
+            found.append((vid, device))
+        return found
+
+    def users(self, device: LoopDevice) -> list[MountEntry]:
+        return [m for m in self.system.mounts.list() if self.mounts.is_ours(m, device)]
+
+    def claim(self, volume_id: str, device: LoopDevice, previous: Heartbeat | None) -> None:
+        """Re-adopt, leave in place, or (only if nothing uses it) detach one unclaimed device."""
+        if self.store.get_staging(volume_id) is not None:  # a retry, after a NodeStage claimed it
+            self.unclaimed.pop(volume_id, None)
+            return
+        users = self.users(device)
+        entry = previous.volumes.get(volume_id) if previous is not None else None
+        if isinstance(entry, dict):
+            why = self._adopt(volume_id, device, entry)
+            if not why:
+                self.unclaimed.pop(volume_id, None)
+                return
+        else:
+            why = "this node's last heartbeat does not list it"
+        if users:
+            self.unclaimed[volume_id] = {
+                "unclaimed": why,
+                "device": device.path,
+                "mounts": sorted(m.mount_point for m in users),
+            }
+            log.warning(
+                "UNCLAIMED VOLUME LEFT IN PLACE: %s on %s is in use (mounted at %s) but no record "
+                "claims it and it can't be re-adopted (%s). Nothing is unmounted or detached: the "
+                "CO's NodeUnpublish/NodeUnstage, or an operator, takes it down",
+                volume_id,
+                device.path,
+                ", ".join(m.mount_point for m in users),
+                why,
+            )
+            return
+        log.warning(
+            "repair: detaching %s (%s): no record claims it and nothing uses it (a crash "
+            "between attach and mount, or between unmount and detach)",
+            device.path,
+            volume_id,
+        )
+        self.system.loop.detach(device.path)
+        self.unclaimed.pop(volume_id, None)
+
+    def _adopt(self, volume_id: str, device: LoopDevice, entry: dict[str, Any]) -> str:
+        """Write the records back from the heartbeat; '' when adopted, else why not."""
+        try:
+            access_type = AccessType(entry["access_type"])
+            access_mode = AccessMode[entry["access_mode"]]
+            staging = str(entry["staging"])
+            generation = int(entry["generation"])
+            fs_type = str(entry.get("fs_type", ""))
+            readonly = bool(entry.get("readonly", device.read_only))
+            publications = list(entry.get("publications", []))
+        except (KeyError, ValueError, TypeError):
+            return "the heartbeat's entry lacks the access mode (written by an older version)"
+        if access_type == AccessType.MOUNT:
+            mounted = self.system.mounts.find(staging)
+            if mounted is None or mounted.source != device.path:
+                return f"the heartbeat says staged at {staging}, but it is not mounted there"
+        self.store.save_staging(
+            NodeStaging(
+                volume_id,
+                staging,
+                access_type,
+                access_mode,
+                fs_type,
+                device.path,
+                generation,
+                time.time(),
+                readonly,
+            )
+        )
+        log.warning(
+            "repair: RE-ADOPTED %s on %s, staged at %s: no record claimed it (lost state?); "
+            "its records are written again from this node's last heartbeat",
+            volume_id,
+            device.path,
+            staging,
+        )
+        for p in publications:
+            target = str(p.get("target", ""))
+            present = self.system.mounts.find(target) if target else None
+            if present is None or not self.mounts.is_ours(present, device):
+                continue
+            if self.store.get_node_publication(target) is not None:
+                continue
+            self.store.save_node_publication(
+                NodePublication(
+                    volume_id,
+                    target,
+                    bool(p.get("readonly", False)),
+                    access_mode,
+                    access_type,
+                    tuple(str(f) for f in p.get("mount_flags", [])),
+                )
+            )
+            log.warning("repair: re-adopted the publication of %s at %s", volume_id, target)
+        return ""
