@@ -76,3 +76,81 @@ def test_snapshotter_creates_no_contents() -> None:
         "patch",
     }
     assert verbs_on(rules, group, "volumesnapshotcontents/status") == {"update", "patch"}
+
+
+CONTROLLER_SIDECARS = {
+    "csi-provisioner": "provisioner",
+    "csi-attacher": "attacher",
+    "csi-resizer": "resizer",
+    "csi-snapshotter": "snapshotter",
+}
+
+
+def test_sidecars_serve_http_endpoint(rendered: Rendered) -> None:
+    """Each controller sidecar serves --http-endpoint (metrics, and /healthz/leader-election, the
+    liveness check upstream recommends with leader election: external-provisioner README, "HTTP
+    endpoint"; external-attacher deploy/kubernetes/deployment.yaml)."""
+    election = rendered.values["controller"]["leaderElection"]
+    seen = set()
+    for c in controller_pod(rendered)["containers"]:
+        key = CONTROLLER_SIDECARS.get(c["name"])
+        if key is None:
+            continue
+        seen.add(c["name"])
+        port = rendered.values["sidecars"][key]["httpPort"]
+        assert flag(c, "http-endpoint") == f":{port}"
+        assert not any(a.startswith("--metrics-address") for a in c["args"]), c["name"]
+        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+        assert ports == {key: port}
+        if election:
+            probe = c["livenessProbe"]["httpGet"]
+            assert probe == {"path": "/healthz/leader-election", "port": key}
+        else:
+            assert "livenessProbe" not in c
+    assert {"csi-provisioner", "csi-attacher"} <= seen
+
+
+def test_statefulset_service_exists(rendered: Rendered) -> None:
+    """spec.serviceName must name a Service (the governing Service of a StatefulSet)."""
+    sts = rendered.one("StatefulSet")
+    services = {s["metadata"]["name"]: s for s in rendered.of_kind("Service")}
+    svc = services[sts["spec"]["serviceName"]]
+    assert svc["spec"]["clusterIP"] == "None"
+    labels = sts["spec"]["template"]["metadata"]["labels"]
+    assert all(labels.get(k) == v for k, v in svc["spec"]["selector"].items())
+    pod = controller_pod(rendered)
+    named = {p["name"] for c in pod["containers"] for p in c.get("ports", [])}
+    targets = {p["targetPort"] for p in svc["spec"]["ports"]}
+    assert targets <= named
+    sidecars = {
+        CONTROLLER_SIDECARS[c["name"]]
+        for c in pod["containers"]
+        if c["name"] in CONTROLLER_SIDECARS
+    }
+    assert sidecars <= targets
+    assert ("metrics" in targets) is rendered.values["metrics"]["enabled"]
+
+
+def test_default_priority_tolerations_and_os() -> None:
+    r = rendered_case(Case("defaults", {}))
+    node, ctrl = node_pod(r), controller_pod(r)
+    assert node["priorityClassName"] == "system-node-critical"
+    assert ctrl["priorityClassName"] == "system-cluster-critical"
+    assert node["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert ctrl["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    # The node plugin goes wherever a pod with a volume may go; the controller may use the
+    # control plane and nodes kept for critical add-ons.
+    assert node["tolerations"] == [{"operator": "Exists"}]
+    keys = {t.get("key") for t in ctrl["tolerations"]}
+    assert keys == {"node-role.kubernetes.io/control-plane", "CriticalAddonsOnly"}
+
+
+def test_priority_can_be_turned_off() -> None:
+    r = rendered_case(
+        Case(
+            "no-priority",
+            {"node": {"priorityClassName": ""}, "controller": {"priorityClassName": ""}},
+        )
+    )
+    assert "priorityClassName" not in node_pod(r)
+    assert "priorityClassName" not in controller_pod(r)
