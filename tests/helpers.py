@@ -80,6 +80,7 @@ def node_publish(
     cap: pb.VolumeCapability,
     readonly: bool = False,
     publish_context: dict[str, str] | None = None,
+    volume_context: dict[str, str] | None = None,
 ) -> None:
     client.node.NodePublishVolume(
         pb.NodePublishVolumeRequest(
@@ -89,6 +90,7 @@ def node_publish(
             volume_capability=cap,
             readonly=readonly,
             publish_context=publish_context or {},
+            volume_context=volume_context or {},
         )
     )
 

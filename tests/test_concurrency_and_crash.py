@@ -66,7 +66,12 @@ def gated(workdir: Path) -> Iterator[tuple[Client, Gate]]:
     def gated_system(pool_dir: Path) -> System:
         real = linux_system(pool_dir)
         return System(
-            GatedPool(real.pool, gate), real.loop, GatedFs(real.fs, gate), real.mounts, real.devices
+            GatedPool(real.pool, gate),
+            real.loop,
+            GatedFs(real.fs, gate),
+            real.mounts,
+            real.devices,
+            real.io,
         )
 
     with in_process(workdir, "gated", system=gated_system) as client:

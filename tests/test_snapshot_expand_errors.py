@@ -80,7 +80,7 @@ def test_snapshot_operation_pending_aborted(workdir: Path) -> None:
     def slow_system(pool_dir: Path) -> System:
         base = fake_system(pool_dir)
         pools.append(SlowCopyPool(base.pool))
-        return System(pools[0], base.loop, base.fs, base.mounts, base.devices)  # type: ignore[arg-type]
+        return System(pools[0], base.loop, base.fs, base.mounts, base.devices, base.io)  # type: ignore[arg-type]
 
     with in_process(workdir, "g", system=slow_system) as client:
         pool = pools[0]

@@ -14,3 +14,6 @@ FS_TYPE_KEY = "fsType"
 EPHEMERAL_KEY = "csi.storage.k8s.io/ephemeral"
 # An inline volume's size attribute, a Kubernetes quantity such as "100Mi".
 EPHEMERAL_SIZE_KEY = "size"
+# Kubelet adds it to NodePublish's volume_context when the CSIDriver sets podInfoOnMount: the
+# pod whose cgroup gets the volume's I/O limits.
+POD_UID_KEY = "csi.storage.k8s.io/pod.uid"

@@ -22,6 +22,7 @@ from csi_hostpath.core.context_keys import (
     EPHEMERAL_KEY,
     FS_TYPE_KEY,
     GENERATION_KEY,
+    POD_UID_KEY,
     READONLY_KEY,
 )
 from csi_hostpath.core.errors import (
@@ -49,7 +50,9 @@ from csi_hostpath.service.node_agent import NodeAgent
 from csi_hostpath.service.node_ephemeral import InlineVolumes, ephemeral_volume_id
 from csi_hostpath.service.node_mounts import NodeMounts
 from csi_hostpath.service.node_repair import NodeRepair
+from csi_hostpath.service.node_tuning import NodeTuning
 from csi_hostpath.store.db import Store
+from csi_hostpath.store.mutable import MutableRecords
 from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.base import CommandError, FsStats, System
 
@@ -98,6 +101,8 @@ class NodeService:
         self.repair = NodeRepair(
             self.node_id, store, system, layout, self.mounts, self.inline, self.agent
         )
+        self.tuning = NodeTuning(MutableRecords(layout.root), system.io, config.state_dir)
+        self.agent.fence_pass_hooks.append(self._retune)
 
     @property
     def ephemeral_dir(self) -> Path:
@@ -115,6 +120,9 @@ class NodeService:
 
     def start_background(self) -> None:
         self.agent.start_background()
+
+    def _retune(self) -> None:
+        self.tuning.refresh({s.volume_id: s.device for s in self.store.stagings()})
 
     def stop_background(self) -> None:
         self.agent.stop_background()
@@ -256,6 +264,7 @@ class NodeService:
                     readonly,
                 )
             )
+            self.tuning.apply(volume_id, device.path)
             self.agent.beat_soon()
             log.info(
                 "staged %s at %s on %s (%s)",
@@ -315,6 +324,7 @@ class NodeService:
                     staging_path,
                 )
                 return
+            self.tuning.cleared(volume_id, record.device if record else None)
             self.mounts.teardown(volume_id, staging_path)
             # Written now, not soon: another node may be waiting to stage this volume.
             self.agent.beat()
@@ -350,6 +360,8 @@ class NodeService:
             if staged is None or staged.staging_path != staging_path:
                 raise NotStaged(f"volume {volume_id} is not staged at {staging_path}")
             self._publish_staged(volume_id, staged, target_path, cap, readonly)
+            pod_uid = (volume_context or {}).get(POD_UID_KEY, "")
+            self.tuning.published(volume_id, staged.device, target_path, pod_uid)
 
     def _publish_staged(
         self,
@@ -420,6 +432,7 @@ class NodeService:
             self.mounts.remove_target(target_path)
             if record is not None:
                 self.store.delete_node_publication(target_path)
+            self.tuning.unpublished(resolved, device.path if device else None, target_path)
             self.agent.beat_soon()
             log.info("unpublished %s from %s", volume_id, target_path)
             staged = self.store.get_staging(resolved)

@@ -52,6 +52,8 @@ class NodeAgent:
         self.unclaimed: dict[str, dict[str, Any]] = {}
         # Reconcile's items that failed at start, retried on each fence pass (node_repair).
         self.retry: Callable[[], None] | None = None
+        # Other per-pass jobs (applying changed mutable parameters), run after each fence pass.
+        self.fence_pass_hooks: list[Callable[[], None]] = []
 
     def beat_soon(self) -> None:
         """Ask the background thread for a heartbeat at its next wake-up."""
@@ -173,6 +175,8 @@ class NodeAgent:
                     self.fence_revoked()
                     if self.retry is not None:
                         self.retry()
+                    for hook in self.fence_pass_hooks:
+                        hook()
             except Exception:
                 log.exception("heartbeat/fence pass failed; trying again next interval")
                 self._stop.wait(tick)

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from csi_hostpath.system.iolimits import IoTuner
+
 
 class SystemError_(Exception):
     """Base of every failure the system layer reports on purpose."""
@@ -183,3 +185,4 @@ class System:
     fs: Fs
     mounts: Mounts
     devices: Devices
+    io: IoTuner

@@ -43,6 +43,7 @@ from csi_hostpath.system.fake_kernel import (
     _FsHeader,
 )
 from csi_hostpath.system.fake_mounts import FakeMounts
+from csi_hostpath.system.iolimits import FakeIoTuner
 from csi_hostpath.system.linux_loop import encode_tag
 from csi_hostpath.system.linux_pool import LinuxPool
 
@@ -339,4 +340,5 @@ def fake_system(
         fs=FakeFs(shared),
         mounts=FakeMounts(shared),
         devices=FakeDevices(shared),
+        io=FakeIoTuner(),
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from csi_hostpath.system.base import System
+from csi_hostpath.system.iolimits import LinuxIoTuner
 from csi_hostpath.system.linux_fs import (
     FIFREEZE,
     FITHAW,
@@ -90,4 +91,5 @@ def linux_system(pool_root: Path) -> System:
         fs=LinuxFs(),
         mounts=LinuxMounts(),
         devices=LinuxDevices(),
+        io=LinuxIoTuner(),
     )
