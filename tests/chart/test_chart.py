@@ -420,7 +420,8 @@ def test_csidriver_spec(defaults: Rendered) -> None:
     assert spec["attachRequired"] is True
     assert spec["podInfoOnMount"] is True
     assert spec["fsGroupPolicy"] == "File"
-    assert spec["volumeLifecycleModes"] == ["Persistent", "Ephemeral"]
+    # Inline ephemeral volumes are opt-in (tests/chart/test_inline_selinux.py).
+    assert spec["volumeLifecycleModes"] == ["Persistent"]
 
 
 def test_snapshots_can_be_turned_off_even_with_the_api() -> None:

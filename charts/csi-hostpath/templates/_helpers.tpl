@@ -92,6 +92,10 @@ the socket's file name: one definition for both keeps them from drifting apart.
 {{- if .Values.metrics.enabled }}
 - --metrics-address=:{{ .Values.metrics.port }}
 {{- end }}
+{{- if .Values.inline.enabled }}
+- --allow-inline-volumes
+- --max-inline-size={{ int64 .Values.inline.maxSize }}
+{{- end }}
 {{- end -}}
 
 {{/* The node ID is the Kubernetes node name, which is what the attacher passes to ControllerPublish. */}}
