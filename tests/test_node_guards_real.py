@@ -4,6 +4,7 @@ CO paths that are symlinks or name the driver's own directories."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -107,3 +108,87 @@ def test_case13_restage_with_other_flags_or_fs_is_already_exists(
     for other in (h.mount_cap("ext4", flags=("noexec",)), h.mount_cap("ext4"), h.mount_cap("xfs")):
         h.expect_code(grpc.StatusCode.ALREADY_EXISTS, h.stage, driver, vol, staging, other, ctx)
     h.unstage(driver, vol.volume_id, staging)
+
+
+# ----- case 11: the lease at NodePublish, the grant's access type at NodeStage -----
+
+
+def test_case11_publish_after_revocation_is_refused(driver: Client, workdir: Path) -> None:
+    cap = h.mount_cap("ext4")
+    vol = h.create(driver, "revoked", cap)
+    ctx = h.publish(driver, vol.volume_id, "node-a", cap)
+    staging, target = _paths(workdir)
+    h.stage(driver, vol, staging, cap, ctx)
+    h.unpublish(driver, vol.volume_id, "node-a")  # the ledger revokes the node's grant
+    h.expect_code(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        h.node_publish,
+        driver,
+        vol.volume_id,
+        staging,
+        target,
+        cap,
+        publish_context=ctx,
+    )
+    assert not h.mounted(target)
+    h.unstage(driver, vol.volume_id, staging)
+
+
+def test_case11_block_grant_staged_as_filesystem_is_refused(driver: Client, workdir: Path) -> None:
+    vol = h.create(driver, "blockgrant", h.block_cap())
+    ctx = h.publish(driver, vol.volume_id, "node-a", h.block_cap())
+    backing = _backing(workdir, vol.volume_id)
+    data = h.write_pattern(backing, 4 * MiB)  # what a pod wrote through the block device
+    os.truncate(backing, vol.capacity_bytes)
+    staging, _ = _paths(workdir)
+    h.expect_code(
+        grpc.StatusCode.FAILED_PRECONDITION, h.stage, driver, vol, staging, h.mount_cap(), ctx
+    )
+    assert not h.mounted(staging)
+    with open(backing, "rb") as f:
+        assert f.read(len(data)) == data, "the block data must not be formatted away"
+
+
+def test_case11_clones_and_restores_keep_the_source_kind(driver: Client, workdir: Path) -> None:
+    from csi_hostpath._pb import csi_pb2 as pb
+
+    block = h.create(driver, "src-block", h.block_cap())
+    xfs = h.create(driver, "src-xfs", h.mount_cap("xfs"), size=320 * MiB)
+    snap = driver.controller.CreateSnapshot(
+        pb.CreateSnapshotRequest(source_volume_id=xfs.volume_id, name="snap-xfs")
+    ).snapshot
+
+    def from_volume(volume_id: str) -> pb.VolumeContentSource:
+        return pb.VolumeContentSource(
+            volume=pb.VolumeContentSource.VolumeSource(volume_id=volume_id)
+        )
+
+    cases = [
+        ("block-as-fs", h.mount_cap("ext4"), from_volume(block.volume_id)),
+        ("fs-as-block", h.block_cap(), from_volume(xfs.volume_id)),
+        (
+            "xfs-snap-as-ext4",
+            h.mount_cap("ext4"),
+            pb.VolumeContentSource(
+                snapshot=pb.VolumeContentSource.SnapshotSource(snapshot_id=snap.snapshot_id)
+            ),
+        ),
+    ]
+    for name, cap, source in cases:
+        h.expect_code(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            h.create,
+            driver,
+            name,
+            cap,
+            320 * MiB,
+            volume_content_source=source,
+        )
+    restored = h.create(
+        driver,
+        "xfs-snap-as-xfs",
+        h.mount_cap("xfs"),
+        320 * MiB,
+        volume_content_source=cases[2][2],
+    )
+    assert restored.volume_id

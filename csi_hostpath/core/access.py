@@ -98,6 +98,18 @@ def vfs_flags(options: Sequence[str]) -> frozenset[str]:
     return frozenset(found)
 
 
+def check_source_fs(source_id: str, source_fs: str | None, fs_type: str) -> None:
+    """A clone or restore keeps its source's content: an ext4 source can't become xfs, and block
+    data can't become a filesystem or back (the first stage would format it away, or fail every
+    time). source_fs is "" for a block volume and None when unknown (the source was deleted)."""
+    if source_fs is not None and source_fs != fs_type:
+        raise InvalidRequest(
+            f"the source {source_id} holds {source_fs or 'raw block data'}; a volume made from "
+            f"it must be {source_fs or 'a block volume'} too, not {fs_type or 'block'}: ask for "
+            f"{'fs_type ' + source_fs if source_fs else 'volumeMode: Block'}"
+        )
+
+
 def volume_fs_type(caps: Sequence[Capability]) -> str:
     """The filesystem a volume gets: the one its mount capabilities agree on, or the default."""
     wanted = {c.fs_type for c in caps if c.access_type == AccessType.MOUNT and c.fs_type}

@@ -6,6 +6,9 @@ from __future__ import annotations
 # ControllerPublishVolume's publish_context, handed to NodeStage/NodePublish by the CO.
 GENERATION_KEY = "generation"  # the fencing token: the lease generation granted to the node
 READONLY_KEY = "readonly"  # "true" when the publication is read-only
+# "mount" or "block": the access type the ledger granted. NodeStage refuses another, so a block
+# grant is never staged as a filesystem (mkfs over the block data).
+ACCESS_TYPE_KEY = "accessType"
 
 # A volume's volume_context (CreateVolume's answer; an inline volume's attributes in the pod).
 FS_TYPE_KEY = "fsType"

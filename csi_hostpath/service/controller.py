@@ -17,7 +17,12 @@ from pathlib import Path
 
 from csi_hostpath.config import Config, PoolScope
 from csi_hostpath.core import access, ledger
-from csi_hostpath.core.context_keys import FS_TYPE_KEY, GENERATION_KEY, READONLY_KEY
+from csi_hostpath.core.context_keys import (
+    ACCESS_TYPE_KEY,
+    FS_TYPE_KEY,
+    GENERATION_KEY,
+    READONLY_KEY,
+)
 from csi_hostpath.core.errors import (
     CapacityOutOfRange,
     Incompatible,
@@ -194,13 +199,11 @@ class ControllerService:
             )
             if snap is None:
                 raise SnapshotNotFound(f"source snapshot {source.source_id!r} does not exist")
+            origin = self.store.get_volume(snap.source_volume_id)  # None: deleted, fs unknown
+            access.check_source_fs(snap.snapshot_id, origin.fs_type if origin else None, fs_type)
             return self.layout.snapshot_file(snap.snapshot_id), snap.size_bytes
         volume = self._require_volume(source.source_id)
-        if volume.fs_type and fs_type and volume.fs_type != fs_type:
-            raise Unsupported(
-                f"source volume {volume.volume_id} holds {volume.fs_type}; a clone can't be "
-                f"{fs_type}"
-            )
+        access.check_source_fs(volume.volume_id, volume.fs_type, fs_type)
         return self.layout.volume_file(volume.volume_id), volume.capacity_bytes
 
     def _copy_from_source(
@@ -497,6 +500,7 @@ class ControllerService:
             return {
                 GENERATION_KEY: str(granted.generation),
                 READONLY_KEY: "true" if granted.readonly else "false",
+                ACCESS_TYPE_KEY: granted.access_type.value,
             }
 
     def unpublish(self, volume_id: str, node_id: str) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from csi_hostpath.config import Config, PoolScope
 from csi_hostpath.core import access, ledger
 from csi_hostpath.core.context_keys import (
+    ACCESS_TYPE_KEY,
     EPHEMERAL_KEY,
     FS_TYPE_KEY,
     GENERATION_KEY,
@@ -212,6 +213,13 @@ class NodeService:
         with self.inflight.hold(volume_id, "NodeStageVolume"):
             backing = self._backing_file(volume_id)
             generation = self._generation(volume_id, publish_context)
+            granted = publish_context.get(ACCESS_TYPE_KEY, cap.access_type.value)
+            if granted != cap.access_type.value:
+                # Staging a block grant as a filesystem would run mkfs over the block data.
+                raise WrongAccessForVolume(
+                    f"volume {volume_id} was published to this node for {granted[:20]} access, "
+                    f"not {cap.access_type.value}; publish it again with the capability to stage"
+                )
             if cap.access_mode in access.SINGLE_NODE_MODES:
                 self._check_no_other_live_stager(volume_id)
             existing = self.store.get_staging(volume_id)
@@ -359,6 +367,14 @@ class NodeService:
             staged = self.store.get_staging(volume_id)
             if staged is None or staged.staging_path != staging_path:
                 raise NotStaged(f"volume {volume_id} is not staged at {staging_path}")
+            lease = self.layout.read_lease(volume_id)
+            if staged.generation and ledger.is_revoked(lease, self.node_id, staged.generation):
+                # The fence pass would cut it off within seconds; never bind a new target first.
+                raise GenerationRevoked(
+                    f"volume {volume_id}: this node's grant (generation {staged.generation}) was "
+                    f"revoked (the ledger's holders are {lease.holders if lease else 'none'}); "
+                    "it was unpublished or force-detached, so no new target is bound"
+                )
             self._publish_staged(volume_id, staged, target_path, cap, readonly)
             pod_uid = (volume_context or {}).get(POD_UID_KEY, "")
             self.tuning.published(volume_id, staged.device, target_path, pod_uid)
