@@ -183,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="force even though the node still heartbeats",
     )
+    from csi_hostpath.volume_cli.args import add_volume_parser
+
+    add_volume_parser(sub)
     return parser
 
 
@@ -257,6 +260,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return demo_main(args)
     if args.command == "inspect":
         return inspect_main(args)
+    if args.command == "volume":
+        from csi_hostpath.volume_cli.main import run
+
+        return run(args)
     return ledger_main(args)
 
 

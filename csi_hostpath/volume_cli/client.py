@@ -1,0 +1,125 @@
+"""The CSI client: one channel to the driver's socket, every call through `call`, which turns a
+refusal into a CliError carrying the driver's status code and message."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from csi_hostpath._pb import csi_pb2 as pb
+from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
+from csi_hostpath.volume_cli.errors import NO_DRIVER, CliError, from_rpc
+
+Mode = pb.VolumeCapability.AccessMode
+R = TypeVar("R")
+# Generous: a copy for a snapshot, a clone or a restore runs inside the call.
+CALL_TIMEOUT = 3600.0
+CONNECT_TIMEOUT = 5.0
+
+
+class Driver:
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self._check_socket()
+        self.channel = grpc.insecure_channel(endpoint)
+        try:
+            grpc.channel_ready_future(self.channel).result(timeout=CONNECT_TIMEOUT)
+        except grpc.FutureTimeoutError:
+            self.channel.close()
+            raise self._not_running("nothing answers on it") from None
+        self.identity = pb_grpc.IdentityStub(self.channel)
+        self.controller = pb_grpc.ControllerStub(self.channel)
+        self.node = pb_grpc.NodeStub(self.channel)
+        self._node_id = ""
+        self._snmw: bool | None = None
+
+    def _not_running(self, why: str) -> CliError:
+        return CliError(
+            NO_DRIVER,
+            f"no driver at {self.endpoint}: {why}",
+            "start it with `make run` in another terminal, or point --endpoint (or "
+            "$CSI_HOSTPATH_ENDPOINT) at the socket the driver serves",
+            "UNAVAILABLE",
+        )
+
+    def _check_socket(self) -> None:
+        if not self.endpoint.startswith("unix://"):
+            return
+        path = self.endpoint.removeprefix("unix://")
+        if not os.path.exists(path):
+            raise self._not_running(f"{path} does not exist")
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def call(self, method: Callable[..., R], request: Any, what: str, next_step: str = "") -> R:
+        try:
+            return method(request, timeout=CALL_TIMEOUT)
+        except grpc.RpcError as e:
+            raise from_rpc(e, what, next_step) from None
+
+    def call_waiting(
+        self,
+        method: Any,
+        request: Any,
+        what: str,
+        tick: Callable[[float], None],
+        next_step: str = "",
+    ) -> Any:
+        """The same, for a call that may take long (a copy): `tick(elapsed)` runs every 0.2 s
+        while it is in flight, so a terminal can show that something is happening."""
+        future = method.future(request, timeout=CALL_TIMEOUT)
+        start = time.monotonic()
+        while not future.done():
+            tick(time.monotonic() - start)
+            time.sleep(0.2)
+        try:
+            return future.result()
+        except grpc.RpcError as e:
+            raise from_rpc(e, what, next_step) from None
+
+    @property
+    def node_id(self) -> str:
+        if not self._node_id:
+            info = self.call(self.node.NodeGetInfo, pb.NodeGetInfoRequest(), "NodeGetInfo")
+            self._node_id = info.node_id
+        return self._node_id
+
+    def single_node_multi_writer(self) -> bool:
+        if self._snmw is None:
+            caps = self.call(
+                self.controller.ControllerGetCapabilities,
+                pb.ControllerGetCapabilitiesRequest(),
+                "ControllerGetCapabilities",
+            )
+            want = pb.ControllerServiceCapability.RPC.SINGLE_NODE_MULTI_WRITER
+            self._snmw = any(c.rpc.type == want for c in caps.capabilities)
+        return self._snmw
+
+
+def access_mode(mode: str, single_node_multi_writer: bool) -> int:
+    """The CSI access mode Kubernetes sends for a PV access mode: csi-lib-utils
+    accessmodes/access_modes.go ToCSIAccessMode, which the provisioner, the attacher and the
+    kubelet all use. ReadWriteOnce is SINGLE_NODE_MULTI_WRITER when the driver advertises it."""
+    if mode == "rwop":
+        return int(
+            Mode.SINGLE_NODE_SINGLE_WRITER if single_node_multi_writer else Mode.SINGLE_NODE_WRITER
+        )
+    if mode == "rox":
+        return int(Mode.MULTI_NODE_READER_ONLY)
+    return int(
+        Mode.SINGLE_NODE_MULTI_WRITER if single_node_multi_writer else Mode.SINGLE_NODE_WRITER
+    )
+
+
+def capability(fs: str, mode: str, single_node_multi_writer: bool) -> pb.VolumeCapability:
+    access = Mode(mode=access_mode(mode, single_node_multi_writer))  # type: ignore[arg-type]
+    if fs == "block":
+        return pb.VolumeCapability(block=pb.VolumeCapability.BlockVolume(), access_mode=access)
+    return pb.VolumeCapability(
+        mount=pb.VolumeCapability.MountVolume(fs_type=fs), access_mode=access
+    )

@@ -1,0 +1,192 @@
+"""mount and unmount, in the order the kubelet and the attacher use:
+mount = ControllerPublishVolume (external-attacher) → NodeStageVolume (kubelet csi_attacher.go
+MountDevice) → NodePublishVolume (kubelet csi_mounter.go SetUpAt); unmount = NodeUnpublishVolume
+(csi_mounter.go TearDownAt), then, once no mount of the volume is left, NodeUnstageVolume
+(csi_attacher.go UnmountDevice) → ControllerUnpublishVolume (the attacher)."""
+
+from __future__ import annotations
+
+import argparse
+from contextlib import suppress
+
+from csi_hostpath._pb import csi_pb2 as pb
+from csi_hostpath.volume_cli.client import capability
+from csi_hostpath.volume_cli.commands_volume import release
+from csi_hostpath.volume_cli.context import Context, absolute, volume_named
+from csi_hostpath.volume_cli.errors import BUSY, EXISTS, NOT_FOUND, CliError
+from csi_hostpath.volume_cli.holders import describe
+from csi_hostpath.volume_cli.records import MountRecord, VolumeRecord
+
+
+def mount_source(path: str) -> str | None:
+    """What /proc/self/mountinfo shows mounted at path (the last one wins), or None."""
+    found = None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            point = fields[4].encode().decode("unicode_escape")
+            if point == path:
+                dash = fields.index("-")
+                found = fields[dash + 2]
+    return found
+
+
+def _result(vol: VolumeRecord, m: MountRecord, staging: str) -> dict[str, object]:
+    return {
+        "volume": vol.name,
+        "volume_id": vol.volume_id,
+        "path": m.path,
+        "readonly": m.readonly,
+        "fs": vol.fs,
+        "staging_path": staging,
+    }
+
+
+def mount(ctx: Context, args: argparse.Namespace) -> int:
+    path = absolute(args.path)
+    with ctx.records.locked() as records:
+        vol = volume_named(records, args.name)
+        held = records.mount_at(path)
+        if held is not None:
+            other, m = held
+            if other.name == vol.name and m.readonly == (args.read_only or vol.mode == "rox"):
+                ctx.out.note(f"{vol.name} is already mounted at {path}; nothing to do")
+                ctx.out.result(_result(vol, m, vol.staging_path), "")
+                return 0
+            raise CliError(
+                EXISTS,
+                f"{path} already has volume {other.name} mounted on it",
+                f"pick another path, or `csi-hostpath volume unmount {path}` first",
+            )
+        source = mount_source(path)
+        if source is not None:
+            raise CliError(
+                EXISTS,
+                f"{path} is already a mount point ({source} is mounted there)",
+                "pick an empty path that nothing is mounted on",
+            )
+        driver = ctx.driver
+        cap = capability(vol.fs, vol.mode, driver.single_node_multi_writer())
+        readonly = args.read_only or vol.mode == "rox"
+        staged_now = False
+        if not vol.staging_path:
+            _stage(ctx, vol, cap)
+            staged_now = True
+        try:
+            driver.call(
+                driver.node.NodePublishVolume,
+                pb.NodePublishVolumeRequest(
+                    volume_id=vol.volume_id,
+                    staging_target_path=vol.staging_path,
+                    target_path=path,
+                    volume_capability=cap,
+                    readonly=readonly,
+                    publish_context=vol.publish_context,
+                    volume_context=vol.volume_context,
+                ),
+                "NodePublishVolume",
+            )
+        except CliError:
+            if staged_now:
+                # Leave nothing behind: this call staged it, so this call unstages it.
+                with suppress(CliError):
+                    release(ctx, vol)
+            raise
+        record = MountRecord(path=path, readonly=readonly)
+        vol.mounts.append(record)
+    kind = "a block device" if vol.fs == "block" else f"{vol.fs}, {'ro' if readonly else 'rw'}"
+    ctx.out.result(
+        _result(vol, record, vol.staging_path),
+        f"mounted {vol.name} at {path} ({kind})\n"
+        f"next: csi-hostpath volume unmount {path}",
+    )
+    return 0
+
+
+def _stage(ctx: Context, vol: VolumeRecord, cap: pb.VolumeCapability) -> None:
+    driver = ctx.driver
+    # Kubernetes publishes read-only at the controller only for a read-only PV; a pod's
+    # readOnly goes to NodePublish alone. A rox volume is read-only everywhere.
+    answer = driver.call(
+        driver.controller.ControllerPublishVolume,
+        pb.ControllerPublishVolumeRequest(
+            volume_id=vol.volume_id,
+            node_id=driver.node_id,
+            volume_capability=cap,
+            readonly=vol.mode == "rox",
+            volume_context=vol.volume_context,
+        ),
+        "ControllerPublishVolume",
+    )
+    staging = ctx.records.staging_path(vol.volume_id)
+    staging.mkdir(parents=True, exist_ok=True)
+    try:
+        driver.call(
+            driver.node.NodeStageVolume,
+            pb.NodeStageVolumeRequest(
+                volume_id=vol.volume_id,
+                staging_target_path=str(staging),
+                volume_capability=cap,
+                publish_context=dict(answer.publish_context),
+                volume_context=vol.volume_context,
+            ),
+            "NodeStageVolume",
+        )
+    except CliError:
+        with suppress(CliError):
+            driver.call(
+                driver.controller.ControllerUnpublishVolume,
+                pb.ControllerUnpublishVolumeRequest(
+                    volume_id=vol.volume_id, node_id=driver.node_id
+                ),
+                "ControllerUnpublishVolume",
+            )
+        with suppress(OSError):
+            staging.rmdir()
+        raise
+    vol.staging_path = str(staging)
+    vol.publish_context = dict(answer.publish_context)
+
+
+def unmount(ctx: Context, args: argparse.Namespace) -> int:
+    path = absolute(args.path)
+    with ctx.records.locked() as records:
+        held = records.mount_at(path)
+        if held is None:
+            source = mount_source(path)
+            detail = (
+                f"{path} has {source} mounted on it, but not by `csi-hostpath volume mount`"
+                if source
+                else f"no volume is mounted at {path}"
+            )
+            raise CliError(
+                NOT_FOUND, detail, "see where volumes are mounted with `csi-hostpath volume list`"
+            )
+        vol, m = held
+        driver = ctx.driver
+        try:
+            driver.call(
+                driver.node.NodeUnpublishVolume,
+                pb.NodeUnpublishVolumeRequest(volume_id=vol.volume_id, target_path=path),
+                "NodeUnpublishVolume",
+            )
+        except CliError as e:
+            if e.exit_code == BUSY:
+                who = describe(path)
+                if who:
+                    e.message += f" ({who})"
+                    e.next_step = "stop those processes (or cd out of the path), then unmount again"
+            raise
+        vol.mounts.remove(m)
+        unstaged = False
+        if not vol.mounts and vol.staging_path:
+            staging = vol.staging_path
+            release(ctx, vol)
+            unstaged = True
+        else:
+            staging = vol.staging_path
+    result = _result(vol, m, staging)
+    result["unstaged"] = unstaged
+    tail = "; released from this node" if unstaged else ""
+    ctx.out.result(result, f"unmounted {vol.name} from {path}{tail}")
+    return 0

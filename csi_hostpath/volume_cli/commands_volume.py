@@ -1,0 +1,218 @@
+"""create, expand, delete: the controller's side of a volume's life (and, for expand, the node
+step Kubernetes runs next: external-resizer's ControllerExpandVolume, then the kubelet's
+NodeExpandVolume on the node where it is mounted)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from contextlib import suppress
+
+from csi_hostpath._pb import csi_pb2 as pb
+from csi_hostpath.volume_cli.client import capability
+from csi_hostpath.volume_cli.context import Context, volume_named
+from csi_hostpath.volume_cli.errors import BUSY, EXISTS, NOT_FOUND, USAGE, CliError
+from csi_hostpath.volume_cli.output import volume_json
+from csi_hostpath.volume_cli.quantity import format_bytes
+from csi_hostpath.volume_cli.records import Records, VolumeRecord
+
+
+def _source(
+    records: Records, args: argparse.Namespace
+) -> tuple[pb.VolumeContentSource | None, str, str]:
+    """(the content source, how the record names it, the source's fs) for --from-*."""
+    if args.from_snapshot:
+        snap = records.snapshots.get(args.from_snapshot)
+        if snap is None:
+            raise CliError(
+                NOT_FOUND,
+                f"no snapshot named {args.from_snapshot!r}",
+                "see `csi-hostpath volume snapshots`",
+            )
+        src = pb.VolumeContentSource(
+            snapshot=pb.VolumeContentSource.SnapshotSource(snapshot_id=snap.snapshot_id)
+        )
+        return src, f"snapshot:{snap.name}", snap.fs
+    if args.from_volume:
+        vol = volume_named(records, args.from_volume)
+        src = pb.VolumeContentSource(
+            volume=pb.VolumeContentSource.VolumeSource(volume_id=vol.volume_id)
+        )
+        return src, f"volume:{vol.name}", vol.fs
+    return None, "", ""
+
+
+def create(ctx: Context, args: argparse.Namespace) -> int:
+    with ctx.records.locked() as records:
+        if args.name in records.volumes or args.name in records.snapshots:
+            kind = "volume" if args.name in records.volumes else "snapshot"
+            raise CliError(
+                EXISTS,
+                f"a {kind} named {args.name!r} exists already",
+                f"pick another name, or `csi-hostpath volume delete {args.name}` first",
+            )
+        source, source_name, source_fs = _source(records, args)
+        fs = args.fs or source_fs or "ext4"
+        if source_fs and fs != source_fs:
+            raise CliError(
+                USAGE,
+                f"the source holds {source_fs}, not {fs}",
+                f"leave out --fs (or pass --fs {source_fs})",
+            )
+        driver = ctx.driver
+        cap = capability(fs, args.mode, driver.single_node_multi_writer())
+        request = pb.CreateVolumeRequest(
+            name=ctx.csi_name(args.name),
+            volume_capabilities=[cap],
+            capacity_range=pb.CapacityRange(required_bytes=args.size or 0),
+        )
+        what = "CreateVolume"
+        if source is not None:
+            request.volume_content_source.CopyFrom(source)
+            kind, _, from_name = source_name.partition(":")
+            progress = ctx.out.progress(
+                f"restoring {kind} {from_name}" if kind == "snapshot" else f"cloning {from_name}"
+            )
+            try:
+                volume = driver.call_waiting(
+                    driver.controller.CreateVolume, request, what, progress.tick
+                ).volume
+            finally:
+                progress.done()
+        else:
+            volume = driver.call(driver.controller.CreateVolume, request, what).volume
+        record = VolumeRecord(
+            name=args.name,
+            volume_id=volume.volume_id,
+            fs=fs,
+            mode=args.mode,
+            capacity_bytes=volume.capacity_bytes,
+            source=source_name,
+            volume_context=dict(volume.volume_context),
+        )
+        records.volumes[args.name] = record
+    origin = f" from {source_name.replace(':', ' ')}" if source_name else ""
+    ctx.out.result(
+        volume_json(record),
+        f"created {args.name}: {format_bytes(record.capacity_bytes)} {fs}{origin} "
+        f"({record.volume_id})\nnext: csi-hostpath volume mount {args.name} ./{args.name}",
+    )
+    return 0
+
+
+def expand(ctx: Context, args: argparse.Namespace) -> int:
+    with ctx.records.locked() as records:
+        vol = volume_named(records, args.name)
+        driver = ctx.driver
+        cap = capability(vol.fs, vol.mode, driver.single_node_multi_writer())
+        wanted = pb.CapacityRange(required_bytes=args.size)
+        answer = driver.call(
+            driver.controller.ControllerExpandVolume,
+            pb.ControllerExpandVolumeRequest(
+                volume_id=vol.volume_id, capacity_range=wanted, volume_capability=cap
+            ),
+            "ControllerExpandVolume",
+        )
+        vol.capacity_bytes = answer.capacity_bytes
+        note = ""
+        if not answer.node_expansion_required:
+            state = "not-needed"
+        elif not vol.mounts:
+            state = "on-next-mount"  # NodeStage grows the filesystem to the device
+        else:
+            # kubernetes pkg/volume/csi/expander.go (nodeExpandWithClient): volume_path is a
+            # path the volume is published at, staging_target_path where it is staged.
+            try:
+                driver.call(
+                    driver.node.NodeExpandVolume,
+                    pb.NodeExpandVolumeRequest(
+                        volume_id=vol.volume_id,
+                        volume_path=vol.mounts[0].path,
+                        staging_target_path=vol.staging_path,
+                        capacity_range=wanted,
+                        volume_capability=cap,
+                    ),
+                    "NodeExpandVolume",
+                )
+                state = "grown"
+            except CliError as e:
+                if e.exit_code != BUSY or e.grpc_code != "FAILED_PRECONDITION":
+                    raise
+                # The volume is bigger; only its mounted filesystem is not (yet): not a failure.
+                state = "on-next-mount"
+                note = f"the filesystem stays at its old size while mounted: {e.message}"
+    human = f"expanded {args.name} to {format_bytes(vol.capacity_bytes)}"
+    if state == "on-next-mount":
+        human += "; the filesystem grows on its next mount"
+        if vol.mounts:
+            human += f" (unmount {vol.mounts[0].path} and mount it again)"
+    elif state == "grown":
+        human += f"; the filesystem grew online at {vol.mounts[0].path}"
+    if note:
+        ctx.out.note(note)
+    ctx.out.result(
+        {
+            "volume": vol.name,
+            "volume_id": vol.volume_id,
+            "capacity_bytes": vol.capacity_bytes,
+            "filesystem": state,
+        },
+        human,
+    )
+    return 0
+
+
+def delete(ctx: Context, args: argparse.Namespace) -> int:
+    with ctx.records.locked() as records:
+        if args.name in records.snapshots:
+            snap = records.snapshots[args.name]
+            driver = ctx.driver
+            driver.call(
+                driver.controller.DeleteSnapshot,
+                pb.DeleteSnapshotRequest(snapshot_id=snap.snapshot_id),
+                "DeleteSnapshot",
+            )
+            del records.snapshots[args.name]
+            payload = {"kind": "snapshot", "name": snap.name, "id": snap.snapshot_id}
+        else:
+            vol = volume_named(records, args.name)
+            if vol.mounts:
+                raise CliError(
+                    BUSY,
+                    f"volume {vol.name} is mounted at {', '.join(m.path for m in vol.mounts)}",
+                    f"`csi-hostpath volume unmount {vol.mounts[0].path}` first",
+                )
+            driver = ctx.driver
+            if vol.staging_path:
+                # An unmount that stopped half-way left it staged: finish the reverse order.
+                release(ctx, vol)
+            driver.call(
+                driver.controller.DeleteVolume,
+                pb.DeleteVolumeRequest(volume_id=vol.volume_id),
+                "DeleteVolume",
+            )
+            del records.volumes[args.name]
+            payload = {"kind": "volume", "name": vol.name, "id": vol.volume_id}
+    ctx.out.result(payload, f"deleted {payload['kind']} {payload['name']} ({payload['id']})")
+    return 0
+
+
+def release(ctx: Context, vol: VolumeRecord) -> None:
+    """NodeUnstageVolume, then ControllerUnpublishVolume: what the kubelet (UnmountDevice) and
+    then the attacher do once the last pod on the node stops using the volume."""
+    driver = ctx.driver
+    driver.call(
+        driver.node.NodeUnstageVolume,
+        pb.NodeUnstageVolumeRequest(volume_id=vol.volume_id, staging_target_path=vol.staging_path),
+        "NodeUnstageVolume",
+    )
+    driver.call(
+        driver.controller.ControllerUnpublishVolume,
+        pb.ControllerUnpublishVolumeRequest(volume_id=vol.volume_id, node_id=driver.node_id),
+        "ControllerUnpublishVolume",
+    )
+    with suppress(OSError):
+        if not os.path.ismount(vol.staging_path):
+            os.rmdir(vol.staging_path)
+    vol.staging_path = ""
+    vol.publish_context = {}
