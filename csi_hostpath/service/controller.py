@@ -584,6 +584,8 @@ def import_node_events(store: Store, layout: PoolLayout) -> int:
             str(event.get("node_id", "")),
             int(event.get("generation", 0)),
             str(event.get("reason", "")),
+            # Events written before ids were carried in the body are named by their id.
+            str(event.get("event_id") or path.stem),
         )
         path.unlink(missing_ok=True)
         count += 1

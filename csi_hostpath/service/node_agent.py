@@ -124,20 +124,20 @@ class NodeAgent:
         if device is not None:
             self.system.loop.detach(device.path)
         self.store.delete_staging(s.volume_id)
+        # The report first, then this node's own row under the same event id: in --mode all the
+        # two land in one database, and the import of the report then adds nothing.
+        reason = f"ledger holders now {held or 'none'}"
+        event_id = self.layout.record_event(
+            "fenced", s.volume_id, self.node_id, s.generation, reason
+        )
         self.store.record(
             "node:" + self.node_id,
             "fenced",
             s.volume_id,
             self.node_id,
             s.generation,
-            f"ledger holders now {held or 'none'}",
-        )
-        self.layout.record_event(
-            "fenced",
-            s.volume_id,
-            self.node_id,
-            s.generation,
-            f"ledger holders now {held or 'none'}",
+            reason,
+            event_id,
         )
         if s.access_type == AccessType.BLOCK:
             log.warning(

@@ -31,75 +31,7 @@ from csi_hostpath.core.model import (
     Snapshot,
     Volume,
 )
-
-SCHEMA_VERSION = 1
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS volumes (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    volume_id TEXT NOT NULL UNIQUE,
-    name TEXT NOT NULL UNIQUE,
-    capacity_bytes INTEGER NOT NULL,
-    capabilities TEXT NOT NULL,
-    fs_type TEXT NOT NULL,
-    parameters TEXT NOT NULL,
-    source_kind TEXT,
-    source_id TEXT,
-    node_id TEXT,
-    created_at REAL NOT NULL,
-    generation INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS snapshots (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    snapshot_id TEXT NOT NULL UNIQUE,
-    name TEXT NOT NULL UNIQUE,
-    source_volume_id TEXT NOT NULL,
-    size_bytes INTEGER NOT NULL,
-    created_at REAL NOT NULL,
-    ready INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS publications (
-    volume_id TEXT NOT NULL,
-    node_id TEXT NOT NULL,
-    access_mode INTEGER NOT NULL,
-    access_type TEXT NOT NULL,
-    readonly INTEGER NOT NULL,
-    generation INTEGER NOT NULL,
-    published_at REAL NOT NULL,
-    PRIMARY KEY (volume_id, node_id)
-);
-CREATE INDEX IF NOT EXISTS publications_by_node ON publications (node_id);
-CREATE TABLE IF NOT EXISTS audit (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    at REAL NOT NULL,
-    actor TEXT NOT NULL,
-    action TEXT NOT NULL,
-    volume_id TEXT NOT NULL,
-    node_id TEXT NOT NULL,
-    generation INTEGER NOT NULL,
-    reason TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS node_staged (
-    volume_id TEXT PRIMARY KEY,
-    staging_path TEXT NOT NULL,
-    access_type TEXT NOT NULL,
-    access_mode INTEGER NOT NULL,
-    fs_type TEXT NOT NULL,
-    device TEXT NOT NULL,
-    generation INTEGER NOT NULL,
-    staged_at REAL NOT NULL,
-    readonly INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS node_published (
-    target_path TEXT PRIMARY KEY,
-    volume_id TEXT NOT NULL,
-    readonly INTEGER NOT NULL,
-    access_mode INTEGER NOT NULL,
-    access_type TEXT NOT NULL,
-    mount_flags TEXT NOT NULL
-);
-"""
+from csi_hostpath.store.migrations import migrate
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +124,8 @@ class Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA busy_timeout=30000")
-        self._migrate()
+        with self._lock:
+            migrate(self._db, path)
 
     def close(self) -> None:
         with self._lock:
@@ -201,22 +134,6 @@ class Store:
     def ping(self) -> None:
         with self._lock:
             self._db.execute("SELECT 1").fetchone()
-
-    def _migrate(self) -> None:
-        # executescript commits on its own, so the schema is applied outside _tx.
-        with self._lock:
-            self._db.executescript(_SCHEMA)
-            row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-            if row is None:
-                self._db.execute(
-                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?)",
-                    (str(SCHEMA_VERSION),),
-                )
-            elif int(row["value"]) > SCHEMA_VERSION:
-                raise RuntimeError(
-                    f"{self.path} has schema version {row['value']}, newer than this driver's "
-                    f"{SCHEMA_VERSION}: refusing to run an older driver on newer state"
-                )
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -376,7 +293,8 @@ class Store:
             if isinstance(decision, ledger.Publish):
                 p = decision.publication
                 db.execute(
-                    "INSERT INTO publications VALUES (?,?,?,?,?,?,?)",
+                    "INSERT INTO publications (volume_id, node_id, access_mode, access_type, "
+                    "readonly, generation, published_at) VALUES (?,?,?,?,?,?,?)",
                     (
                         p.volume_id,
                         p.node_id,
@@ -473,10 +391,19 @@ class Store:
         return int(rows[0]["generation"]) if rows else 0
 
     def record(
-        self, actor: str, action: str, volume_id: str, node_id: str, generation: int, reason: str
+        self,
+        actor: str,
+        action: str,
+        volume_id: str,
+        node_id: str,
+        generation: int,
+        reason: str,
+        event_id: str | None = None,
     ) -> None:
+        """One audit row. With an event_id, idempotent: a second record of the same event (the
+        node's own row, then the import of its report; or a retried import) adds nothing."""
         with self._tx() as db:
-            self._audit(db, actor, action, volume_id, node_id, generation, reason)
+            self._audit(db, actor, action, volume_id, node_id, generation, reason, event_id)
 
     @staticmethod
     def _audit(
@@ -487,11 +414,13 @@ class Store:
         node_id: str,
         generation: int,
         reason: str,
+        event_id: str | None = None,
     ) -> None:
         db.execute(
-            "INSERT INTO audit (at, actor, action, volume_id, node_id, generation, reason) "
-            "VALUES (?,?,?,?,?,?,?)",
-            (time.time(), actor, action, volume_id, node_id, generation, reason),
+            "INSERT INTO audit (at, actor, action, volume_id, node_id, generation, reason, "
+            "event_id) VALUES (?,?,?,?,?,?,?,?) "
+            "ON CONFLICT (event_id) WHERE event_id IS NOT NULL DO NOTHING",
+            (time.time(), actor, action, volume_id, node_id, generation, reason, event_id),
         )
 
     def audit_counts(self) -> dict[str, int]:
@@ -518,7 +447,9 @@ class Store:
     def save_staging(self, s: NodeStaging) -> None:
         with self._tx() as db:
             db.execute(
-                "INSERT OR REPLACE INTO node_staged VALUES (?,?,?,?,?,?,?,?,?)",
+                "INSERT OR REPLACE INTO node_staged (volume_id, staging_path, access_type, "
+                "access_mode, fs_type, device, generation, staged_at, readonly) "
+                "VALUES (?,?,?,?,?,?,?,?,?)",
                 (
                     s.volume_id,
                     s.staging_path,
@@ -546,7 +477,8 @@ class Store:
     def save_node_publication(self, p: NodePublication) -> None:
         with self._tx() as db:
             db.execute(
-                "INSERT OR REPLACE INTO node_published VALUES (?,?,?,?,?,?)",
+                "INSERT OR REPLACE INTO node_published (target_path, volume_id, readonly, "
+                "access_mode, access_type, mount_flags) VALUES (?,?,?,?,?,?)",
                 (
                     p.target_path,
                     p.volume_id,

@@ -150,8 +150,12 @@ class PoolLayout:
     # ----- events that nodes report to the controller's audit trail -----
     def record_event(
         self, action: str, volume_id: str, node_id: str, generation: int, reason: str
-    ) -> None:
+    ) -> str:
+        """Report an event to the controller's audit trail; returns its id (unique, also the
+        file's name), which makes recording it more than once harmless."""
+        event_id = f"{time.time_ns()}-{node_key(node_id)}-{volume_id}"
         body = {
+            "event_id": event_id,
             "action": action,
             "volume_id": volume_id,
             "node_id": node_id,
@@ -159,8 +163,8 @@ class PoolLayout:
             "reason": reason,
             "at": time.time(),
         }
-        name = f"{time.time_ns()}-{node_key(node_id)}-{volume_id}.json"
-        write_atomically(self.events / name, json.dumps(body).encode())
+        write_atomically(self.events / f"{event_id}.json", json.dumps(body).encode())
+        return event_id
 
     def take_events(self) -> list[tuple[Path, dict[str, Any]]]:
         """Events not yet imported, oldest first; the caller deletes each once it is recorded."""
