@@ -19,6 +19,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.api.controller import ControllerServicer
 from csi_hostpath.api.identity import IdentityServicer
+from csi_hostpath.api.liveness import LivenessPool, max_concurrent_rpcs
 from csi_hostpath.api.logging_interceptor import LoggingInterceptor
 from csi_hostpath.api.node import NodeServicer
 from csi_hostpath.config import Config
@@ -74,6 +75,8 @@ class Driver:
     lock_handle: IO[bytes]
     metrics: Metrics
     health: health.HealthServicer
+    liveness: LivenessPool
+    started: threading.Event
     metrics_server: Any = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -82,6 +85,7 @@ class Driver:
         self._stop.set()
         self.health.enter_graceful_shutdown()
         self.server.stop(grace).wait()
+        self.liveness.shutdown()
         if self.metrics_server is not None:
             self.metrics_server.shutdown()
             self.metrics_server.server_close()
@@ -94,7 +98,7 @@ class Driver:
         self.config.socket_path.unlink(missing_ok=True)
 
     def check_health(self) -> None:
-        problems = readiness.problems(self.config, self.store)
+        problems = readiness.problems(self.config, self.store.path)
         status = health_pb2.HealthCheckResponse.SERVING
         if problems:
             log.warning("not ready: %s", "; ".join(problems))
@@ -136,12 +140,16 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
             controller.import_events()
 
         metrics = build_metrics(config, store, layout, system)
+        liveness = LivenessPool()
+        started = threading.Event()
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="rpc"),
-            interceptors=[LoggingInterceptor(metrics.observe)],
+            # LivenessPool first: the outermost interceptor's handler is the one grpc runs.
+            interceptors=[liveness, LoggingInterceptor(metrics.observe)],
             options=[("grpc.so_reuseport", 0)],
+            maximum_concurrent_rpcs=max_concurrent_rpcs(config.workers),
         )
-        pb_grpc.add_IdentityServicer_to_server(IdentityServicer(config, store), server)
+        pb_grpc.add_IdentityServicer_to_server(IdentityServicer(config, store, started), server)
         if controller is not None:
             modify = ModifyService(store, MutableRecords(layout.root))
             pb_grpc.add_ControllerServicer_to_server(ControllerServicer(controller, modify), server)
@@ -149,10 +157,21 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
             pb_grpc.add_NodeServicer_to_server(NodeServicer(node), server)
         # The standard gRPC health service, beside Probe, for probes that speak it.
         health_servicer = health.HealthServicer()
+        health_servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)  # until start()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         _bind(server, config.socket_path)
         driver = Driver(
-            config, server, store, layout, controller, node, lock, metrics, health_servicer
+            config,
+            server,
+            store,
+            layout,
+            controller,
+            node,
+            lock,
+            metrics,
+            health_servicer,
+            liveness,
+            started,
         )
     except BaseException:
         lock.close()
@@ -174,7 +193,6 @@ def start(driver: Driver) -> None:
 
     driver.server.start()
     os.chmod(driver.config.socket_path, 0o600)
-    driver.check_health()
     if driver.node is not None:
         driver.node.start_background()
     t = threading.Thread(target=driver._loop, name="driver-loop", daemon=True)
@@ -184,6 +202,8 @@ def start(driver: Driver) -> None:
         host, port = parse_listen_address(driver.config.metrics_address)
         driver.metrics_server, _ = start_http_server(port, host, registry=driver.metrics.registry)
         log.info("metrics on http://%s:%d/metrics", host, port)
+    driver.started.set()  # Probe answered ready=false, and health NOT_SERVING, until here
+    driver.check_health()
     log.info(
         "serving %s (%s mode, node %s) on %s; state in %s, pool in %s (%s scope)",
         driver.config.driver_name,

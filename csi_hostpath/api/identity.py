@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 
 import grpc
 from google.protobuf import wrappers_pb2
@@ -10,7 +11,6 @@ from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.api.status import rpc
 from csi_hostpath.config import Config, PoolScope
-from csi_hostpath.core.errors import NotReady
 from csi_hostpath.service import health
 from csi_hostpath.store.db import Store
 
@@ -19,9 +19,10 @@ Cap = pb.PluginCapability
 
 
 class IdentityServicer(pb_grpc.IdentityServicer):
-    def __init__(self, config: Config, store: Store) -> None:
+    def __init__(self, config: Config, store: Store, started: threading.Event) -> None:
         self.config = config
         self.store = store
+        self.started = started  # set once the server, reconcile and background loops run
 
     @rpc
     def GetPluginInfo(
@@ -45,8 +46,13 @@ class IdentityServicer(pb_grpc.IdentityServicer):
 
     @rpc
     def Probe(self, request: pb.ProbeRequest, context: grpc.ServicerContext) -> pb.ProbeResponse:
-        found = health.problems(self.config, self.store)
+        # ready=false, never an error: csi-lib-utils' ProbeForever (used by every sidecar at
+        # start) waits on ready=false but exits on any code other than DEADLINE_EXCEEDED, so an
+        # error here crash-loops the sidecars while the driver starts.
+        if not self.started.is_set():
+            log.info("not ready: the driver is still starting")
+            return pb.ProbeResponse(ready=wrappers_pb2.BoolValue(value=False))
+        found = health.problems(self.config, self.store.path)
         if found:
             log.warning("not ready: %s", "; ".join(found))
-            raise NotReady("not ready: " + "; ".join(found))
-        return pb.ProbeResponse(ready=wrappers_pb2.BoolValue(value=True))
+        return pb.ProbeResponse(ready=wrappers_pb2.BoolValue(value=not found))
