@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from csi_hostpath import __version__
 from csi_hostpath.config import DEFAULT_DRIVER_NAME, Config, Mode, PoolScope
@@ -66,6 +67,18 @@ def _add_state_args(p: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         help="directory holding the backing files (default STATE_DIR/pool)",
+    )
+
+
+def _add_state_command(sub: Any) -> None:
+    state = sub.add_parser("state", help="the controller's database and its pool")
+    ssub = state.add_subparsers(dest="state_command", required=True)
+    rebuild = ssub.add_parser(
+        "rebuild", help="rebuild the database from the pool's files (nothing is deleted)"
+    )
+    _add_state_args(rebuild)
+    rebuild.add_argument(
+        "--take-over", action="store_true", help="claim a pool another database claims"
     )
 
 
@@ -155,6 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="take a volume through every phase on a running driver")
     _add_state_args(demo)
     demo.add_argument("--endpoint", required=True, help="the running driver's unix:// socket")
+
+    _add_state_command(sub)
 
     ledger = sub.add_parser("ledger", help="read or override the publish ledger")
     lsub = ledger.add_subparsers(dest="ledger_command", required=True)
@@ -247,10 +262,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         from csi_hostpath.endpoint import EndpointRefused
         from csi_hostpath.server import StateDirLocked, serve
+        from csi_hostpath.store.identity_owner import PoolClaimRefused
 
         try:
             return serve(config)
-        except (StateDirLocked, EndpointRefused) as e:
+        except (StateDirLocked, EndpointRefused, PoolClaimRefused) as e:
             print(f"csi-hostpath: {e}", file=sys.stderr)
             return 1
     setup_logging("WARNING")
@@ -264,6 +280,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from csi_hostpath.volume_cli.main import run
 
         return run(args)
+    if args.command == "state":
+        from csi_hostpath.state_cmd import rebuild
+
+        return rebuild(*_dirs(args), args.take_over)
     return ledger_main(args)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -16,6 +17,8 @@ from csi_hostpath.doctor_finding import (
     nearest_existing,
     writable_dir,
 )
+from csi_hostpath.store.identity_adopt import quarantine_dir, quarantined_files
+from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.linux import FICLONE
 
 LOW_SPACE_BYTES = 1 << 30
@@ -45,7 +48,33 @@ def check_pool(pool_dir: Path) -> list[Finding]:
     else:
         findings.append(Finding("pool-space", "ok", space))
     findings.append(_check_reflink(probe, fs))
+    findings.append(check_quarantine(pool_dir))
     return findings
+
+
+def check_quarantine(pool_dir: Path) -> Finding:
+    """Files the controller moved aside at start because nothing said whose they were."""
+    layout = PoolLayout(pool_dir)
+    files = quarantined_files(layout)
+    if not files:
+        return Finding("pool-quarantine", "ok", "no quarantined files")
+    whys = []
+    for path in files[:3]:
+        try:
+            why = json.loads(path.with_name(path.name + ".why.json").read_bytes())["why"]
+        except (OSError, ValueError, KeyError, TypeError):
+            why = "no .why.json"
+        whys.append(f"{path.name} ({why})")
+    more = f" and {len(files) - 3} more" if len(files) > 3 else ""
+    return Finding(
+        "pool-quarantine",
+        "warn",
+        f"{len(files)} file(s) in {quarantine_dir(layout)}: " + "; ".join(whys) + more,
+        "no record and no identity claimed them, so the controller kept them aside instead of "
+        "deleting them. Each .why.json says where it was. If a file is a volume's data, copy the "
+        "data out of it (losetup -r; mount -o ro); if it is another pool's, move it back there; "
+        "if it is garbage, delete it and its .why.json by hand",
+    )
 
 
 def _check_pool_dir(pool_dir: Path, probe: Path, fs: str) -> Finding:

@@ -29,6 +29,7 @@ from csi_hostpath.service.controller import ControllerService
 from csi_hostpath.service.metrics import Metrics, build_metrics
 from csi_hostpath.service.modify import ModifyService
 from csi_hostpath.service.node import NodeService
+from csi_hostpath.service.pool_truth import open_pool
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.mutable import MutableRecords
 from csi_hostpath.store.pool import PoolLayout
@@ -78,6 +79,7 @@ class Driver:
     liveness: LivenessPool
     started: threading.Event
     metrics_server: Any = None
+    pool_claim: Any = None  # store.identity_owner.PoolClaim, held while a controller serves
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
 
@@ -94,6 +96,8 @@ class Driver:
         for t in self._threads:
             t.join(timeout=5)
         self.store.close()
+        if self.pool_claim is not None:
+            self.pool_claim.release()
         self.lock_handle.close()
         self.config.socket_path.unlink(missing_ok=True)
 
@@ -117,6 +121,8 @@ class Driver:
 
 def build_driver(config: Config, system: System | None = None) -> Driver:
     lock = lock_state_dir(config.state_dir)
+    claim = None
+    store: Store | None = None
     try:
         layout = PoolLayout(config.pool_dir)
         layout.ensure()
@@ -133,6 +139,10 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
             if config.serves_controller
             else None
         )
+        if controller is not None:
+            # Before any repair: the pool must be this database's, and the index whole again
+            # (re-adopted from the files' identities), or a repair would act on a partial view.
+            claim, _ = open_pool(store, layout, config.state_dir)
         if node is not None:
             node.reconcile()
         if controller is not None:
@@ -173,7 +183,12 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
             liveness,
             started,
         )
+        driver.pool_claim = claim
     except BaseException:
+        if claim is not None:
+            claim.release()
+        if store is not None:
+            store.close()
         lock.close()
         raise
     return driver

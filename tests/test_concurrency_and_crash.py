@@ -191,18 +191,23 @@ def test_restart_after_reboot_restores_staging_and_targets(spawn: Any, workdir: 
 
 def test_start_sweeps_what_a_crash_left_mid_copy_or_mid_create(spawn: Any, workdir: Path) -> None:
     """A kill -9 during a clone, restore or snapshot leaves a *.tmp copy in the pool, and one
-    during an inline volume's creation leaves a file no record claims: the restart removes them."""
+    during an inline volume's creation leaves a file no record claims: the restart removes them.
+    A backing file with neither record, identity nor intent is not a crash leftover: it is
+    quarantined, never deleted (the pool is the truth)."""
     state = workdir / "sweep-state"
     leftovers = [
         state / "pool" / "volumes" / f"vol-{'a' * 32}.img.tmp",
         state / "pool" / "snapshots" / f"snap-{'b' * 32}.img.tmp",
-        state / "pool" / "volumes" / f"vol-{'c' * 32}.img",
         state / "ephemeral" / f"vol-{'d' * 32}.img",
     ]
-    for path in leftovers:
+    unknown = state / "pool" / "volumes" / f"vol-{'c' * 32}.img"
+    for path in [*leftovers, unknown]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"partial")
     handle, client = spawn("sweep")
     assert client is not None
-    assert [p for p in leftovers if p.exists()] == []
+    assert [p for p in [*leftovers, unknown] if p.exists()] == []
     assert handle.log().count("repair: removing") == len(leftovers)
+    kept = state / "pool" / "quarantine" / unknown.name
+    assert kept.read_bytes() == b"partial"
+    assert (kept.parent / (kept.name + ".why.json")).exists()

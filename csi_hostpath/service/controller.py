@@ -38,6 +38,8 @@ from csi_hostpath.core.errors import (
 from csi_hostpath.core.model import Capability, ContentSource, Publication, Snapshot, Volume
 from csi_hostpath.core.naming import is_snapshot_id, is_volume_id, new_snapshot_id, new_volume_id
 from csi_hostpath.service.guard import InFlight
+from csi_hostpath.service.pool_truth import discard, making
+from csi_hostpath.store import identity
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.base import NoSpace, System
@@ -170,15 +172,18 @@ class ControllerService:
             )
             path = self.layout.volume_file(volume.volume_id)
             try:
-                if source_file is None:
-                    self.system.pool.create(path, size)
-                else:
-                    self._copy_from_source(content_source, source_file, path, size)
+                # The file carries its identity before the record commits (the pool is the truth).
+                with making(self.system.pool, path, identity.volume_identity(volume)) as stamp:
+                    if source_file is None:
+                        self.system.pool.create(path, size)
+                    else:
+                        self._copy_from_source(content_source, source_file, path, size)
+                    stamp()
+                    raced = self.store.insert_volume_unless_named(volume)
             except NoSpace as e:
                 raise NoCapacity(f"the pool has no room for {size} bytes: {e}") from e
-            raced = self.store.insert_volume_unless_named(volume)
             if raced is not None:  # another process won the name between our check and insert
-                self.system.pool.remove(path)
+                discard(self.system.pool, path)
                 return self.created(raced)
             log.info(
                 "created volume %s name=%s size=%d fs=%s",
@@ -260,7 +265,7 @@ class ControllerService:
                     f"volume {volume_id} is still published to "
                     f"{', '.join(repr(h.node_id) for h in holders)}; unpublish it first"
                 )
-            self.system.pool.remove(self.layout.volume_file(volume_id))
+            discard(self.system.pool, self.layout.volume_file(volume_id))
             self.layout.remove_lease(volume_id)
             self.store.delete_volume(volume_id)
             log.info("deleted volume %s", volume_id)
@@ -336,14 +341,17 @@ class ControllerService:
                 created_at=time.time(),
             )
             dest = self.layout.snapshot_file(snapshot.snapshot_id)
+            body = identity.snapshot_identity(snapshot, volume.fs_type)
             try:
-                with self.consistency(volume.volume_id):
-                    self.system.pool.copy_sparse(source, dest)
+                with making(self.system.pool, dest, body) as stamp:
+                    with self.consistency(volume.volume_id):
+                        self.system.pool.copy_sparse(source, dest)
+                    stamp()
+                    raced = self.store.insert_snapshot_unless_named(snapshot)
             except NoSpace as e:
                 raise NoCapacity(f"the pool has no room for the snapshot's data: {e}") from e
-            raced = self.store.insert_snapshot_unless_named(snapshot)
             if raced is not None:
-                self.system.pool.remove(dest)
+                discard(self.system.pool, dest)
                 return raced
             log.info(
                 "created snapshot %s of %s (%d bytes allocated)",
@@ -359,7 +367,7 @@ class ControllerService:
         if not is_snapshot_id(snapshot_id):
             return
         with self.inflight.hold(snapshot_id, "DeleteSnapshot"):
-            self.system.pool.remove(self.layout.snapshot_file(snapshot_id))
+            discard(self.system.pool, self.layout.snapshot_file(snapshot_id))
             self.store.delete_snapshot(snapshot_id)
 
     def list_snapshots(
@@ -416,6 +424,9 @@ class ControllerService:
             if grow_by > self.system.pool.free_bytes():
                 raise NoCapacity(f"the pool has less than the {grow_by} bytes this growth needs")
             self.system.pool.grow(path, size)
+            # The identity follows the size first: the file never says less than the record.
+            grown = identity.volume_identity(volume)
+            identity.write_identity(path, {**grown, "size_bytes": size})
             self.store.set_capacity(volume_id, size)
             log.info("expanded %s from %d to %d bytes", volume_id, volume.capacity_bytes, size)
             # The node must refresh the loop device's size, and grow the filesystem on it.
@@ -524,22 +535,8 @@ class ControllerService:
         sync_lease(self.store, self.layout, volume_id)
 
     def reconcile(self) -> None:
-        """Make every lease file say what the ledger says; the ledger is the truth. Remove
-        backing files no record claims (a crash between the copy and the commit)."""
-        known = {v.volume_id for v in self.store.all_volumes()}
-        for path in sorted(self.layout.volumes.glob("vol-*.img")):
-            if path.stem not in known:
-                log.warning("repair: removing %s, which no volume record claims", path)
-                self.system.pool.remove(path)
-        for leftover in [*self.layout.volumes.glob("*.tmp"), *self.layout.snapshots.glob("*.tmp")]:
-            # A copy (clone, restore, snapshot) interrupted by a crash; never committed.
-            log.warning("repair: removing %s, an interrupted copy", leftover)
-            leftover.unlink(missing_ok=True)
-        snaps = {s.snapshot_id for s in self.store.list_snapshots("", 0)[0]}
-        for path in sorted(self.layout.snapshots.glob("snap-*.img")):
-            if path.stem not in snaps:
-                log.warning("repair: removing %s, which no snapshot record claims", path)
-                self.system.pool.remove(path)
+        """Make every lease file say what the ledger says. Backing files no record claims were
+        re-adopted or quarantined before this (service/pool_truth.py): none is removed here."""
         for volume in self.store.all_volumes():
             lease = self.layout.read_lease(volume.volume_id)
             holders = {

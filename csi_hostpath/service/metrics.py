@@ -15,6 +15,7 @@ from prometheus_client.registry import Collector
 from csi_hostpath.config import Config
 from csi_hostpath.core.naming import loop_tag_prefix
 from csi_hostpath.store.db import Store
+from csi_hostpath.store.identity_adopt import quarantined_files
 from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.base import System
 
@@ -93,6 +94,12 @@ class StateCollector(Collector):
         for name, value, text in (
             ("pool_free_bytes", free, "Free space in the pool filesystem"),
             ("pool_allocated_bytes", allocated, "Disk really used by the volumes in the pool"),
+            (
+                "quarantined_files",
+                len(quarantined_files(self.layout)),
+                "Files in POOL/quarantine that no record and no identity claimed: kept, never "
+                "deleted, for an operator to look at (csi-hostpath doctor lists them)",
+            ),
         ):
             g = GaugeMetricFamily(f"{PREFIX}_{name}", text)
             g.add_metric([], value)

@@ -1,0 +1,64 @@
+"""The controller's side of "the pool is the truth": how a backing file is made so that a crash at
+any step can be told apart afterwards, and what the controller does with the pool before it
+serves (claim it for this database, rebuild the index from it)."""
+
+from __future__ import annotations
+
+import errno
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from csi_hostpath.store import identity
+from csi_hostpath.store.db import Store
+from csi_hostpath.store.identity_adopt import AdoptReport, adopt_pool
+from csi_hostpath.store.identity_owner import PoolClaim, claim_pool
+from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.system.base import NoSpace, Pool
+
+log = logging.getLogger(__name__)
+
+
+@contextmanager
+def making(pool: Pool, path: Path, body: dict[str, Any]) -> Iterator[Callable[[], None]]:
+    """Make a backing file under an intent. The caller creates the file, calls the yielded
+    function to attach its identity, and commits the record; all inside the block. If anything
+    fails the half-made file goes (it was never handed out); if all succeeds the intent is
+    cleared. A crash leaves an intent that start-up reads (store/identity_adopt.py)."""
+    try:
+        identity.begin(path, body)
+        yield lambda: identity.write_identity(path, body)
+    except BaseException as exc:
+        discard(pool, path)
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise NoSpace(f"no room in the pool for {path.name}'s identity: {exc}") from exc
+        raise
+    identity.finish(path)
+
+
+def discard(pool: Pool, path: Path) -> None:
+    """Remove a backing file and what describes it (sidecar, intent)."""
+    pool.remove(path)
+    identity.remove_identity(path)
+
+
+def open_pool(
+    store: Store, layout: PoolLayout, state_dir: Path, *, take_over: bool = False
+) -> tuple[PoolClaim, AdoptReport]:
+    """Claim the pool for this database, then re-adopt what its files say; before serving."""
+    claim = claim_pool(store, layout, state_dir, take_over=take_over)
+    try:
+        if claim.took_over is not None:
+            log.warning(
+                "pool %s: taken over from database %s (state directory %s)",
+                layout.root,
+                claim.took_over.get("db_id"),
+                claim.took_over.get("state_dir"),
+            )
+        report = adopt_pool(store, layout)
+    except BaseException:
+        claim.release()
+        raise
+    return claim, report

@@ -1,0 +1,279 @@
+"""Rebuild the sqlite index from the pool: the files are the truth, the database is an index.
+
+Run by the controller at start, before it serves, and by `csi-hostpath state rebuild`. For each
+backing file that no record claims:
+
+- it carries an identity (store/identity.py): its record is re-adopted, so ListVolumes lists it
+  and a restore from it works again;
+- it is what a crash left in its window (a ``*.tmp`` copy; a file without identity younger than
+  its own unfinished intent, which was never handed out): it is removed;
+- anything else is moved to POOL/quarantine/ with a ``.why.json`` beside it, and reported.
+
+Nothing is unlinked because a record is missing. Fencing tokens never go backwards: a volume's
+generation is raised to the newest one its lease file or a node's heartbeat has seen, and the
+holders a newer lease lists are restored, so no node is fenced and no token is issued twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from csi_hostpath.core.access import effective_readonly
+from csi_hostpath.core.model import AccessType, Volume
+from csi_hostpath.core.naming import is_snapshot_id, is_volume_id
+from csi_hostpath.store import identity
+from csi_hostpath.store.db import Store
+from csi_hostpath.store.pool import PoolLayout, write_atomically
+
+log = logging.getLogger(__name__)
+
+QUARANTINE = "quarantine"
+# An intent's time and its file's mtime come from the same clock, but a filesystem may round.
+_CLOCK_SLACK_SECONDS = 2.0
+
+
+@dataclass
+class AdoptReport:
+    adopted: list[str] = field(default_factory=list)
+    quarantined: list[tuple[str, str]] = field(default_factory=list)  # (file, why)
+    removed: list[str] = field(default_factory=list)  # crash leftovers inside their window
+    stamped: list[str] = field(default_factory=list)  # recorded files given their identity
+    raised: list[str] = field(default_factory=list)  # volumes whose generation was raised
+
+    def summary(self) -> str:
+        return (
+            f"{len(self.adopted)} re-adopted, {len(self.quarantined)} quarantined, "
+            f"{len(self.removed)} crash leftovers removed, {len(self.stamped)} identities "
+            f"written, {len(self.raised)} generations raised"
+        )
+
+
+def quarantine_dir(layout: PoolLayout) -> Path:
+    return layout.root / QUARANTINE
+
+
+def quarantined_files(layout: PoolLayout) -> list[Path]:
+    """Files waiting in quarantine for an operator (not their .why.json or sidecars)."""
+    directory = quarantine_dir(layout)
+    if not directory.is_dir():
+        return []
+    return sorted(
+        p
+        for p in directory.iterdir()
+        if p.is_file() and not p.name.endswith((".why.json", identity.SIDECAR_SUFFIX))
+    )
+
+
+def adopt_pool(store: Store, layout: PoolLayout) -> AdoptReport:
+    report = AdoptReport()
+    _sweep_tmp(layout, report)
+    volumes = {v.volume_id: v for v in store.all_volumes()}
+    snapshots = {s.snapshot_id for s in store.list_snapshots("", 0)[0]}
+    known = set(volumes) | snapshots
+    _settle_intents(layout, known, report)
+    for path in sorted(layout.volumes.glob("vol-*.img")):
+        if path.stem not in known and is_volume_id(path.stem):
+            _adopt_file(store, layout, path, "volume", report)
+    for path in sorted(layout.snapshots.glob("snap-*.img")):
+        if path.stem not in known and is_snapshot_id(path.stem):
+            _adopt_file(store, layout, path, "snapshot", report)
+    _stamp_recorded(store, layout, report)
+    beats = _staged_generations(layout)
+    for volume in store.all_volumes():
+        if _keep_tokens_ahead(store, layout, volume, beats.get(volume.volume_id, {})):
+            report.raised.append(volume.volume_id)
+    for path_name, why in report.quarantined:
+        log.warning("pool: quarantined %s: %s", path_name, why)
+    if report.adopted or report.quarantined or report.removed or report.raised:
+        log.warning("pool: rebuilt the index from %s: %s", layout.root, report.summary())
+    return report
+
+
+def _sweep_tmp(layout: PoolLayout, report: AdoptReport) -> None:
+    for leftover in [*layout.volumes.glob("*.tmp"), *layout.snapshots.glob("*.tmp")]:
+        # A copy (clone, restore, snapshot) interrupted by a crash; it is renamed into place
+        # only when complete, so a *.tmp was never anyone's data.
+        log.warning("repair: removing %s, an interrupted copy", leftover)
+        leftover.unlink(missing_ok=True)
+        report.removed.append(str(leftover))
+
+
+def _settle_intents(layout: PoolLayout, known: set[str], report: AdoptReport) -> None:
+    for intent in [
+        *layout.volumes.glob("*" + identity.INTENT_SUFFIX),
+        *layout.snapshots.glob("*" + identity.INTENT_SUFFIX),
+    ]:
+        path = intent.with_name(intent.name[: -len(identity.INTENT_SUFFIX)])
+        body = identity.read_intent(intent) or {}
+        if path.stem in known or not path.exists():
+            intent.unlink(missing_ok=True)  # committed, or the file was never made
+            continue
+        if identity.read_identity(path) is not None:
+            continue  # complete up to the commit: adopted below, which clears the intent
+        started = float(body.get("at", 0.0))
+        if path.stat().st_mtime + _CLOCK_SLACK_SECONDS >= started:
+            log.warning(
+                "repair: removing %s, made by a create that crashed before its identity was "
+                "written (never handed out)",
+                path,
+            )
+            path.unlink(missing_ok=True)
+            identity.remove_identity(path)
+            report.removed.append(str(path))
+        # An older file is not what this intent made: it stays, to be quarantined below.
+
+
+def _adopt_file(
+    store: Store, layout: PoolLayout, path: Path, kind: str, report: AdoptReport
+) -> None:
+    body = identity.read_identity(path)
+    if body is None:
+        quarantine(layout, path, "no record and no identity: not a file this driver made", report)
+        return
+    if body.get("kind") != kind:
+        quarantine(layout, path, f"its identity says {body.get('kind')!r}, not {kind}", report)
+        return
+    size = path.stat().st_size
+    try:
+        if kind == "volume":
+            raced: object = store.insert_volume_unless_named(
+                identity.volume_from_identity(body, size)
+            )
+        else:
+            raced = store.insert_snapshot_unless_named(identity.snapshot_from_identity(body, size))
+    except (KeyError, TypeError, ValueError) as exc:
+        quarantine(layout, path, f"its identity can't be read: {exc!r}", report)
+        return
+    if raced is not None:
+        # A retried create made another file under the same name after this one's commit
+        # failed; the record that won is the one the CO knows.
+        quarantine(layout, path, f"its name {body.get('name')!r} belongs to another {kind}", report)
+        return
+    identity.finish(path)
+    store.record("pool", "adopt", path.stem if kind == "volume" else "", "", 0, str(path))
+    log.warning("pool: re-adopted %s %s (name %r) from its identity", kind, path.stem, body["name"])
+    report.adopted.append(path.stem)
+
+
+def quarantine(layout: PoolLayout, path: Path, why: str, report: AdoptReport) -> None:
+    """Move path (and its sidecar) out of the pool's namespace, never deleting it."""
+    directory = quarantine_dir(layout)
+    directory.mkdir(exist_ok=True)
+    dest = directory / path.name
+    if dest.exists():
+        dest = directory / f"{path.name}.{time.time_ns()}"
+    os.rename(path, dest)
+    sidecar = identity.sidecar_path(path)
+    if sidecar.exists():
+        os.rename(sidecar, identity.sidecar_path(dest))
+    identity.intent_path(path).unlink(missing_ok=True)
+    body = {"file": str(path), "now": str(dest), "why": why, "at": time.time()}
+    write_atomically(dest.with_name(dest.name + ".why.json"), json.dumps(body).encode())
+    report.quarantined.append((str(dest), why))
+
+
+def _stamp_recorded(store: Store, layout: PoolLayout, report: AdoptReport) -> None:
+    """Files whose record predates identities get one now, so a later state loss loses nothing."""
+    fs_types: dict[str, str] = {}
+    for volume in store.all_volumes():
+        fs_types[volume.volume_id] = volume.fs_type
+        path = layout.volume_file(volume.volume_id)
+        if path.exists() and identity.read_identity(path) is None:
+            identity.write_identity(path, identity.volume_identity(volume))
+            report.stamped.append(volume.volume_id)
+    for snap in store.list_snapshots("", 0)[0]:
+        path = layout.snapshot_file(snap.snapshot_id)
+        if path.exists() and identity.read_identity(path) is None:
+            fs_type = fs_types.get(snap.source_volume_id, "")
+            identity.write_identity(path, identity.snapshot_identity(snap, fs_type))
+            report.stamped.append(snap.snapshot_id)
+
+
+def _staged_generations(layout: PoolLayout) -> dict[str, dict[str, tuple[int, str]]]:
+    """volume ID -> node ID -> (generation it staged under, access type), from heartbeats."""
+    found: dict[str, dict[str, tuple[int, str]]] = {}
+    for beat in layout.heartbeats():
+        for volume_id, staged in beat.volumes.items():
+            try:
+                generation = int(staged.get("generation", 0))
+            except (TypeError, ValueError):
+                continue
+            access = str(staged.get("access_type", ""))
+            found.setdefault(volume_id, {})[beat.node_id] = (generation, access)
+    return found
+
+
+def _keep_tokens_ahead(
+    store: Store, layout: PoolLayout, volume: Volume, staged: dict[str, tuple[int, str]]
+) -> bool:
+    """Raise the volume's generation to every token already issued, and restore the holders a
+    lease newer than the database lists. Returns whether anything changed."""
+    lease = layout.read_lease(volume.volume_id)
+    with store._tx() as db:  # the store's own transaction: read and raise under one lock
+        row = db.execute(
+            "SELECT generation FROM volumes WHERE volume_id=?", (volume.volume_id,)
+        ).fetchone()
+        if row is None:
+            return False
+        current = int(row["generation"])
+        held = {
+            r["node_id"]
+            for r in db.execute(
+                "SELECT node_id FROM publications WHERE volume_id=?", (volume.volume_id,)
+            )
+        }
+        seen = [current, *(g for g, _ in staged.values())]
+        holders: dict[str, int] = {}
+        if lease is not None:
+            seen += [lease.generation, *lease.holders.values()]
+            if lease.generation > current:
+                holders = lease.holders  # the lease is newer than this database's ledger
+        elif not held:
+            holders = {node: g for node, (g, _) in staged.items() if g > current}
+        newest = max(seen)
+        restored = [(n, g) for n, g in holders.items() if n not in held]
+        for node_id, generation in restored:
+            _restore_holder(db, volume, node_id, generation, staged.get(node_id))
+            store._audit(db, "pool", "restore-holder", volume.volume_id, node_id, generation, "")
+        if newest > current:
+            db.execute(
+                "UPDATE volumes SET generation=? WHERE volume_id=?", (newest, volume.volume_id)
+            )
+            reason = f"raised from {current}: tokens up to {newest} were already issued"
+            store._audit(db, "pool", "generation-floor", volume.volume_id, "", newest, reason)
+        return bool(restored) or newest > current
+
+
+def _restore_holder(
+    db: Any, volume: Volume, node_id: str, generation: int, staged: tuple[int, str] | None
+) -> None:
+    # The lease keeps who holds which token, not the mode: the volume's first capability stands
+    # in for it (what the attacher asked at create time in almost every case).
+    cap = volume.capabilities[0]
+    access = AccessType(staged[1]) if staged and staged[1] in ("mount", "block") else None
+    access_type = access or cap.access_type
+    log.warning(
+        "pool: restoring %s's hold on %s under generation %d (mode %s assumed)",
+        node_id,
+        volume.volume_id,
+        generation,
+        cap.access_mode.name,
+    )
+    db.execute(
+        "INSERT OR IGNORE INTO publications VALUES (?,?,?,?,?,?,?)",
+        (
+            volume.volume_id,
+            node_id,
+            int(cap.access_mode),
+            access_type.value,
+            int(effective_readonly(cap.access_mode, False)),
+            generation,
+            time.time(),
+        ),
+    )
