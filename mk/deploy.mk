@@ -22,8 +22,15 @@ KIND_CLUSTER ?= csi-hostpath
 KIND_CONFIG ?= examples/kind-config.yaml
 # The Kubernetes release the chart is tested against (kind v0.33 ships it).
 KIND_NODE_IMAGE ?= kindest/node:v1.35.1
-# Must match the hostPath entries of $(KIND_CONFIG): kind does not expand variables there.
-KIND_SHARED_DIR ?= /tmp/csi-hostpath-kind
+# Must match the hostPath entries of $(KIND_CONFIG): kind does not expand variables there. Under
+# /var/lib, never /tmp (a tmpfs, or cleaned at boot): the pool and the ledger must outlive both.
+KIND_SHARED_DIR ?= /var/lib/csi-hostpath-kind
+# Creating it needs root; sudo is used only when make does not already run as root.
+SUDO ?= $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# `kind load docker-image` fails against Docker Engine 29's containerd image store
+# (kubernetes-sigs/kind#3795), so the image travels as an archive: docker save, then
+# kind load image-archive, which works on every engine version.
+IMAGE_ARCHIVE ?= $(CURDIR)/.run/$(IMAGE)-$(IMAGE_TAG).tar
 
 # $(call need,TOOL): stop with a clear message when TOOL is not on PATH.
 need = @command -v $(1) >/dev/null 2>&1 || { echo "$(1) not found: this target needs it on PATH (see docs/kind.md)" >&2; exit 1; }
@@ -46,7 +53,7 @@ chart-render: install  ## print the chart's manifests with default values (like 
 kind-up:  ## create the kind cluster of examples/kind-config.yaml (needs docker and kind)
 	$(call need,$(DOCKER))
 	$(call need,$(KIND))
-	mkdir -p $(KIND_SHARED_DIR)/pool $(KIND_SHARED_DIR)/controller
+	$(SUDO) mkdir -p $(KIND_SHARED_DIR)/pool $(KIND_SHARED_DIR)/controller
 	$(KIND) create cluster --name $(KIND_CLUSTER) --config $(KIND_CONFIG) \
 		--image $(KIND_NODE_IMAGE) --wait 180s
 
@@ -56,10 +63,12 @@ kind-down:  ## delete the kind cluster (the shared pool directory is kept)
 	@echo "The pool and the ledger stay in $(KIND_SHARED_DIR) (root-owned files: sudo rm -rf it)."
 	@echo "Loop devices still attached to it: losetup -a | grep $(KIND_SHARED_DIR)"
 
-kind-deploy: image  ## load the image into kind and helm upgrade --install the chart
+kind-deploy: image  ## load the image into kind (as an archive) and helm upgrade --install the chart
 	$(call need,$(KIND))
 	$(call need,$(HELM))
-	$(KIND) load docker-image $(IMAGE):$(IMAGE_TAG) --name $(KIND_CLUSTER)
+	mkdir -p $(dir $(IMAGE_ARCHIVE))
+	$(DOCKER) save -o $(IMAGE_ARCHIVE) $(IMAGE):$(IMAGE_TAG)
+	$(KIND) load image-archive $(IMAGE_ARCHIVE) --name $(KIND_CLUSTER)
 	$(HELM) upgrade --install $(RELEASE) $(CHART_DIR) --namespace $(NAMESPACE) \
 		--create-namespace --set driver.image.repository=$(IMAGE) \
 		--set-string driver.image.tag=$(IMAGE_TAG) $(HELM_ARGS)
