@@ -181,3 +181,14 @@ def test_pool_owner_marker(tmp_path: Path, pool: tuple[Store, PoolLayout]) -> No
         claim_pool(store, layout, tmp_path / "a", take_over=True).release()
     finally:
         other.close()
+
+
+def test_a_large_identity_goes_to_the_sidecar(tmp_path: Path) -> None:
+    """ext4 answers ENOSPC for an xattr larger than its block: that must not read as a full
+    pool, so a large identity (many parameters) is written as a sidecar instead."""
+    volume = Volume(new_volume_id(), "big", 1 << 20, (CAP,), "", {"k": "v" * 6000})
+    path = tmp_path / f"{volume.volume_id}.img"
+    path.write_bytes(b"")
+    identity.write_identity(path, identity.volume_identity(volume))
+    assert identity.sidecar_path(path).exists()
+    assert identity.read_identity(path) == identity.volume_identity(volume)

@@ -30,6 +30,9 @@ STORE_ENV = "CSI_HOSTPATH_IDENTITY_STORE"
 SIDECAR_SUFFIX = ".meta.json"
 INTENT_SUFFIX = ".pending.json"
 FORMAT = 1
+# ext4 keeps xattrs in the inode or one block, and answers ENOSPC (not E2BIG) for a larger value,
+# which would read as a full pool: a large identity (many parameters) goes to the sidecar.
+_XATTR_MAX_BYTES = 2048
 # Filesystems without user xattrs, or a value too large for the inode: use the sidecar.
 _NO_XATTR = {errno.ENOTSUP, errno.EOPNOTSUPP, errno.E2BIG, errno.ERANGE, errno.EPERM}
 
@@ -107,7 +110,7 @@ def _forced_sidecar() -> bool:
 def write_identity(path: Path, body: dict[str, Any]) -> None:
     """Attach the identity to the file, durably, before anything uses the file."""
     data = json.dumps(body, sort_keys=True).encode()
-    if not _forced_sidecar():
+    if not _forced_sidecar() and len(data) <= _XATTR_MAX_BYTES:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             os.setxattr(fd, XATTR, data)
