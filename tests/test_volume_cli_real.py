@@ -167,6 +167,11 @@ def test_a_volumes_whole_life_leaves_nothing_behind(cli: Cli, workdir: Path) -> 
         dev.write(b"block!")
     with open(blk, "rb") as dev:
         assert dev.read(6) == b"block!"
+    assert cli.json("expand", "b", "--size", "64Mi")["filesystem"] in ("grown", "not-needed")
+    size = subprocess.run(
+        ["blockdev", "--getsize64", str(blk)], capture_output=True, text=True, check=True
+    ).stdout
+    assert int(size) == 64 * MiB
 
     for path in (data_dir, restored_dir, clone_dir, xfs_dir, blk):
         done = cli.json("unmount", str(path))
@@ -232,6 +237,14 @@ def test_bad_input_gets_a_message_and_an_exit_code(cli: Cli, workdir: Path) -> N
         subprocess.run(["umount", str(other)], check=True)
 
     assert cli("delete", "a", ok=False).rc == 4  # still mounted
+
+    # A mount the driver refuses after the stage (a target inside its state directory) is
+    # rolled back: b is neither staged nor attached afterwards.
+    refused = cli("mount", "b", str(workdir / "drv-state" / "inside"), ok=False)
+    assert refused.rc == 2 and "INVALID_ARGUMENT" in refused.err
+    [b] = [v for v in cli.json("list") if v["name"] == "b"]
+    assert b["mounts"] == [] and b["published_nodes"] == []
+    assert len(loops_backed_under(workdir)) == 1  # a's alone
 
     # A busy unmount names who holds the path; once released, it goes through.
     holder = subprocess.Popen(["sleep", "60"], cwd=mnt)
