@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 from concurrent import futures
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -18,6 +19,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.api.controller import ControllerServicer
+from csi_hostpath.api.group_controller import GroupControllerServicer
 from csi_hostpath.api.identity import IdentityServicer
 from csi_hostpath.api.liveness import LivenessPool, max_concurrent_rpcs
 from csi_hostpath.api.logging_interceptor import LoggingInterceptor
@@ -25,12 +27,15 @@ from csi_hostpath.api.node import NodeServicer
 from csi_hostpath.config import Config
 from csi_hostpath.endpoint import claim_endpoint
 from csi_hostpath.service import health as readiness
+from csi_hostpath.service.consistency import ReentrantConsistency
 from csi_hostpath.service.controller import ControllerService
+from csi_hostpath.service.group_snapshots import GroupSnapshots
 from csi_hostpath.service.metrics import Metrics, build_metrics
 from csi_hostpath.service.modify import ModifyService
 from csi_hostpath.service.node import NodeService
 from csi_hostpath.service.pool_truth import open_pool
 from csi_hostpath.store.db import Store
+from csi_hostpath.store.groups import GroupRecords
 from csi_hostpath.store.mutable import MutableRecords
 from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.base import System
@@ -119,6 +124,11 @@ class Driver:
                 log.exception("periodic driver pass failed; trying again")
 
 
+def _no_freeze(volume_id: str) -> AbstractContextManager[None]:
+    # A controller without a node in its process can't freeze: its copies are crash-consistent.
+    return nullcontext()
+
+
 def build_driver(config: Config, system: System | None = None) -> Driver:
     lock = lock_state_dir(config.state_dir)
     claim = None
@@ -132,10 +142,10 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
 
             system = linux_system(config.pool_dir)
         node = NodeService(config, store, system, layout) if config.serves_node else None
+        # Re-entrant, so a group snapshot's freeze of every member covers each member's cut.
+        consistency = ReentrantConsistency(node.frozen if node else _no_freeze)
         controller = (
-            ControllerService(
-                config, store, system, layout, consistency=node.frozen if node else None
-            )
+            ControllerService(config, store, system, layout, consistency=consistency)
             if config.serves_controller
             else None
         )
@@ -162,7 +172,11 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
         pb_grpc.add_IdentityServicer_to_server(IdentityServicer(config, store, started), server)
         if controller is not None:
             modify = ModifyService(store, MutableRecords(layout.root))
-            pb_grpc.add_ControllerServicer_to_server(ControllerServicer(controller, modify), server)
+            groups = GroupSnapshots(GroupRecords(layout.root), controller, consistency)
+            pb_grpc.add_ControllerServicer_to_server(
+                ControllerServicer(controller, modify, groups), server
+            )
+            pb_grpc.add_GroupControllerServicer_to_server(GroupControllerServicer(groups), server)
         if node is not None:
             pb_grpc.add_NodeServicer_to_server(NodeServicer(node), server)
         # The standard gRPC health service, beside Probe, for probes that speak it.

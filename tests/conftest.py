@@ -40,6 +40,7 @@ class Client:
     identity: Any = field(init=False)
     controller: Any = field(init=False)
     node: Any = field(init=False)
+    controller_group: Any = field(init=False)
 
     def __post_init__(self) -> None:
         from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
@@ -48,6 +49,7 @@ class Client:
         self.identity = pb_grpc.IdentityStub(self.channel)
         self.controller = pb_grpc.ControllerStub(self.channel)
         self.node = pb_grpc.NodeStub(self.channel)
+        self.controller_group = pb_grpc.GroupControllerStub(self.channel)
 
     def close(self) -> None:
         self.channel.close()

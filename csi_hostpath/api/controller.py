@@ -9,6 +9,7 @@ from csi_hostpath.api import convert
 from csi_hostpath.api.status import rpc
 from csi_hostpath.core.errors import InvalidRequest
 from csi_hostpath.service.controller import ControllerService
+from csi_hostpath.service.group_snapshots import GroupSnapshots
 from csi_hostpath.service.modify import ModifyService
 
 RPC = pb.ControllerServiceCapability.RPC
@@ -38,9 +39,12 @@ def _condition(state: tuple[bool, str]) -> pb.VolumeCondition:
 
 
 class ControllerServicer(pb_grpc.ControllerServicer):
-    def __init__(self, service: ControllerService, modify: ModifyService) -> None:
+    def __init__(
+        self, service: ControllerService, modify: ModifyService, groups: GroupSnapshots
+    ) -> None:
         self.service = service
         self.modify = modify
+        self.groups = groups
 
     @rpc
     def CreateVolume(
@@ -163,12 +167,14 @@ class ControllerServicer(pb_grpc.ControllerServicer):
         self, request: pb.CreateSnapshotRequest, context: grpc.ServicerContext
     ) -> pb.CreateSnapshotResponse:
         snap = self.service.create_snapshot(request.source_volume_id, request.name)
-        return pb.CreateSnapshotResponse(snapshot=convert.snapshot_to_pb(snap))
+        group_id = self.groups.group_of(snap.snapshot_id)
+        return pb.CreateSnapshotResponse(snapshot=convert.snapshot_to_pb(snap, group_id=group_id))
 
     @rpc
     def DeleteSnapshot(
         self, request: pb.DeleteSnapshotRequest, context: grpc.ServicerContext
     ) -> pb.DeleteSnapshotResponse:
+        self.groups.refuse_member_delete(request.snapshot_id)
         self.service.delete_snapshot(request.snapshot_id)
         return pb.DeleteSnapshotResponse()
 
@@ -182,9 +188,13 @@ class ControllerServicer(pb_grpc.ControllerServicer):
             request.snapshot_id,
             request.source_volume_id,
         )
+        groups = self.groups.member_index()
         return pb.ListSnapshotsResponse(
             entries=[
-                pb.ListSnapshotsResponse.Entry(snapshot=convert.snapshot_to_pb(s)) for s in snaps
+                pb.ListSnapshotsResponse.Entry(
+                    snapshot=convert.snapshot_to_pb(s, group_id=groups.get(s.snapshot_id, ""))
+                )
+                for s in snaps
             ],
             next_token=next_token,
         )
@@ -194,7 +204,8 @@ class ControllerServicer(pb_grpc.ControllerServicer):
         self, request: pb.GetSnapshotRequest, context: grpc.ServicerContext
     ) -> pb.GetSnapshotResponse:
         snap = self.service.get_snapshot(request.snapshot_id)
-        return pb.GetSnapshotResponse(snapshot=convert.snapshot_to_pb(snap))
+        group_id = self.groups.group_of(snap.snapshot_id)
+        return pb.GetSnapshotResponse(snapshot=convert.snapshot_to_pb(snap, group_id=group_id))
 
     @rpc
     def ControllerExpandVolume(

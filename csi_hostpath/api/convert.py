@@ -104,7 +104,7 @@ def volume_to_pb(
     return out
 
 
-def snapshot_to_pb(snap: Snapshot) -> pb.Snapshot:
+def snapshot_to_pb(snap: Snapshot, *, group_id: str = "") -> pb.Snapshot:
     created = timestamp_pb2.Timestamp()
     created.FromNanoseconds(int(snap.created_at * 1e9))
     return pb.Snapshot(
@@ -113,4 +113,5 @@ def snapshot_to_pb(snap: Snapshot) -> pb.Snapshot:
         size_bytes=snap.size_bytes,
         creation_time=created,
         ready_to_use=snap.ready,
+        group_snapshot_id=group_id,
     )

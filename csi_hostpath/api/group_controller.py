@@ -1,0 +1,63 @@
+"""The GroupController service: volume group snapshots (CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT)."""
+
+from __future__ import annotations
+
+import grpc
+from google.protobuf import timestamp_pb2
+
+from csi_hostpath._pb import csi_pb2 as pb
+from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
+from csi_hostpath.api import convert
+from csi_hostpath.api.status import rpc
+from csi_hostpath.core.model import Snapshot
+from csi_hostpath.service.group_snapshots import GroupSnapshots
+from csi_hostpath.store.groups import GroupRecord
+
+GroupCap = pb.GroupControllerServiceCapability
+
+
+def group_to_pb(record: GroupRecord, members: list[Snapshot]) -> pb.VolumeGroupSnapshot:
+    created = timestamp_pb2.Timestamp()
+    created.FromNanoseconds(int(record.created_at * 1e9))
+    return pb.VolumeGroupSnapshot(
+        group_snapshot_id=record.group_id,
+        snapshots=[convert.snapshot_to_pb(s, group_id=record.group_id) for s in members],
+        creation_time=created,
+        ready_to_use=all(s.ready for s in members),
+    )
+
+
+class GroupControllerServicer(pb_grpc.GroupControllerServicer):
+    def __init__(self, groups: GroupSnapshots) -> None:
+        self.groups = groups
+
+    @rpc
+    def GroupControllerGetCapabilities(
+        self, request: pb.GroupControllerGetCapabilitiesRequest, context: grpc.ServicerContext
+    ) -> pb.GroupControllerGetCapabilitiesResponse:
+        rpc_type = GroupCap.RPC.CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT
+        return pb.GroupControllerGetCapabilitiesResponse(
+            capabilities=[GroupCap(rpc=GroupCap.RPC(type=rpc_type))]
+        )
+
+    @rpc
+    def CreateVolumeGroupSnapshot(
+        self, request: pb.CreateVolumeGroupSnapshotRequest, context: grpc.ServicerContext
+    ) -> pb.CreateVolumeGroupSnapshotResponse:
+        record = self.groups.create(request.name, list(request.source_volume_ids))
+        _, members = self.groups.get(record.group_id, [])
+        return pb.CreateVolumeGroupSnapshotResponse(group_snapshot=group_to_pb(record, members))
+
+    @rpc
+    def GetVolumeGroupSnapshot(
+        self, request: pb.GetVolumeGroupSnapshotRequest, context: grpc.ServicerContext
+    ) -> pb.GetVolumeGroupSnapshotResponse:
+        record, members = self.groups.get(request.group_snapshot_id, list(request.snapshot_ids))
+        return pb.GetVolumeGroupSnapshotResponse(group_snapshot=group_to_pb(record, members))
+
+    @rpc
+    def DeleteVolumeGroupSnapshot(
+        self, request: pb.DeleteVolumeGroupSnapshotRequest, context: grpc.ServicerContext
+    ) -> pb.DeleteVolumeGroupSnapshotResponse:
+        self.groups.delete(request.group_snapshot_id, list(request.snapshot_ids))
+        return pb.DeleteVolumeGroupSnapshotResponse()

@@ -1,0 +1,39 @@
+"""A volume's consistency point (its filesystem frozen), re-entrant within one thread.
+
+A group snapshot freezes every member first and then cuts each member with the ordinary
+CreateSnapshot path, which asks for the same freeze again; FIFREEZE on a frozen filesystem is
+EBUSY, so the inner request must be a no-op. The outermost holder thaws."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+
+Freeze = Callable[[str], AbstractContextManager[None]]
+
+
+class ReentrantConsistency:
+    def __init__(self, freeze: Freeze) -> None:
+        self._freeze = freeze
+        self._local = threading.local()
+
+    def _held(self) -> set[str]:
+        held: set[str] | None = getattr(self._local, "held", None)
+        if held is None:
+            held = set()
+            self._local.held = held
+        return held
+
+    @contextmanager
+    def __call__(self, volume_id: str) -> Iterator[None]:
+        held = self._held()
+        if volume_id in held:
+            yield
+            return
+        with self._freeze(volume_id):
+            held.add(volume_id)
+            try:
+                yield
+            finally:
+                held.discard(volume_id)
