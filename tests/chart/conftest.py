@@ -23,13 +23,6 @@ class Case:
 CASES = (
     Case("defaults", {}),
     Case(
-        "local-scope",
-        {
-            "pool": {"scope": "local", "hostPath": "/mnt/csi-pool"},
-            "controller": {"nodeSelector": {"kubernetes.io/hostname": "node-a"}},
-        },
-    ),
-    Case(
         "custom-driver-name",
         {"driverName": "pool.storage.example.org", "node": {"kubeletDir": "/var/lib/k0s/kubelet"}},
     ),
@@ -77,6 +70,18 @@ CASES = (
             "controller": {"leaderElection": False},
             "driver": {"maxVolumeSize": 10 * 1024**3, "maxVolumesPerNode": 40},
         },
+    ),
+)
+
+
+# The many-machines shape (pool.scope local) has no controller StatefulSet: its own tests are in
+# test_local_shape.py, over these cases.
+LOCAL_CASES = (
+    Case("local-scope", {"pool": {"scope": "local", "hostPath": "/mnt/csi-pool"}}),
+    Case(
+        "local-snapshots-no-metrics",
+        {"pool": {"scope": "local"}, "metrics": {"enabled": False}},
+        (SNAPSHOT_API,),
     ),
 )
 

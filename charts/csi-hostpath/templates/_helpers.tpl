@@ -117,3 +117,40 @@ readOnlyRootFilesystem: true
 capabilities:
   drop: ["ALL"]
 {{- end -}}
+
+{{/*
+"true" in the many-machines shape (pool.scope local): every node's DaemonSet pod is the controller
+of its own pool, and there is no central controller. docs/kind-many-machines.md says why.
+*/}}
+{{- define "csi-hostpath.localShape" -}}
+{{- if eq .Values.pool.scope "local" -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/*
+A binding of one role of this chart to one of its service accounts: call with (dict "root" $
+"kind" "ClusterRole"|"Role" "role" "provisioner" "account" NAME). A Role gets a RoleBinding in the
+release namespace.
+*/}}
+{{- define "csi-hostpath.binding" -}}
+{{- $root := .root -}}
+{{- $fullname := include "csi-hostpath.fullname" $root -}}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: {{ .kind }}Binding
+metadata:
+  name: {{ $fullname }}-{{ .role }}
+  {{- if eq .kind "Role" }}
+  namespace: {{ $root.Release.Namespace }}
+  {{- end }}
+  labels:
+    {{- include "csi-hostpath.labels" $root | nindent 4 }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ .account }}
+    namespace: {{ $root.Release.Namespace }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: {{ .kind }}
+  name: {{ $fullname }}-{{ .role }}
+{{- end -}}

@@ -1,0 +1,44 @@
+{{/*
+The sidecars of the many-machines shape (pool.scope local), added to each node's DaemonSet pod,
+beside the driver running with its controller service for this node's pool alone.
+
+external-provisioner's distributed provisioning (README of v6.3.0, "Deployment on each node"):
+--node-deployment with NODE_NAME set makes each instance create only the volumes whose selected
+node is its own, and delete only its own; --strict-topology and --immediate-topology=false keep
+CreateVolume's topology to that one node. Immediate binding is turned off
+(--node-deployment-immediate-binding=false): only WaitForFirstConsumer classes exist in this shape,
+so the scheduler, not a race between nodes, picks the node.
+
+--enable-capacity publishes each node's GetCapacity as CSIStorageCapacity objects in the release
+namespace (NAMESPACE), owned by the DaemonSet: --capacity-ownerref-level=1 walks one level up from
+POD_NAME, and at level 1 pkg/owner/owner.go (lookupRecursive) takes the pod's controller reference
+without reading the DaemonSet, so the owner lookup needs `get` on pods only.
+
+csi-snapshotter v8.6.0 has the same node mode (cmd/csi-snapshotter/main.go: --node-deployment,
+NODE_NAME, no leader election); it handles the contents the snapshot-controller labels with its
+node, which the snapshot-controller does only with --enable-distributed-snapshotting.
+*/}}
+{{- define "csi-hostpath.localSidecars" -}}
+{{- $nodeName := dict "name" "NODE_NAME" "valueFrom" (dict "fieldRef" (dict "fieldPath" "spec.nodeName")) -}}
+{{- $env := list
+      $nodeName
+      (dict "name" "NAMESPACE" "valueFrom" (dict "fieldRef" (dict "fieldPath" "metadata.namespace")))
+      (dict "name" "POD_NAME" "valueFrom" (dict "fieldRef" (dict "fieldPath" "metadata.name"))) -}}
+{{- $args := list
+      "--feature-gates=Topology=true"
+      "--extra-create-metadata"
+      (printf "--default-fstype=%s" .Values.storageClasses.fsType)
+      "--node-deployment=true"
+      "--node-deployment-immediate-binding=false"
+      "--strict-topology=true"
+      "--immediate-topology=false"
+      "--enable-capacity"
+      "--capacity-ownerref-level=1" -}}
+{{- include "csi-hostpath.sidecar" (dict "root" . "name" "csi-provisioner" "port" "provisioner"
+      "values" .Values.sidecars.provisioner "election" false "args" $args "env" $env) }}
+{{- if include "csi-hostpath.snapshotsEnabled" . }}
+{{ include "csi-hostpath.sidecar" (dict "root" . "name" "csi-snapshotter" "port" "snapshotter"
+      "values" .Values.sidecars.snapshotter "election" false
+      "args" (list "--extra-create-metadata" "--node-deployment=true") "env" (list $nodeName)) }}
+{{- end }}
+{{- end -}}
