@@ -24,11 +24,11 @@ import grpc
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.core.naming import loop_tag_prefix
+from csi_hostpath.requests import block_cap, mount_cap
 from csi_hostpath.system.linux import LinuxLoop
 
 GiB = 1 << 30
 MiB = 1 << 20
-Mode = pb.VolumeCapability.AccessMode
 
 # --- stubs ---------------------------------------------------------------------------------------
 
@@ -60,33 +60,9 @@ class Stubs:
         self.channel.close()
 
 
-def mount_cap(fs_type: str) -> pb.VolumeCapability:
-    return pb.VolumeCapability(
-        mount=pb.VolumeCapability.MountVolume(fs_type=fs_type),
-        access_mode=Mode(mode=Mode.SINGLE_NODE_WRITER),
-    )
-
-
-def block_cap() -> pb.VolumeCapability:
-    return pb.VolumeCapability(
-        block=pb.VolumeCapability.BlockVolume(), access_mode=Mode(mode=Mode.SINGLE_NODE_WRITER)
-    )
-
-
 def cap_for(kind: str) -> pb.VolumeCapability:
     """kind is "ext4", "xfs" or "block"."""
     return block_cap() if kind == "block" else mount_cap(kind)
-
-
-def create_request(
-    name: str, cap: pb.VolumeCapability, size: int, source: pb.VolumeContentSource | None = None
-) -> pb.CreateVolumeRequest:
-    return pb.CreateVolumeRequest(
-        name=name,
-        volume_capabilities=[cap],
-        capacity_range=pb.CapacityRange(required_bytes=size),
-        volume_content_source=source,
-    )
 
 
 # --- the plugin process --------------------------------------------------------------------------

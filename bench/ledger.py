@@ -20,8 +20,10 @@ from pathlib import Path
 
 import grpc
 
-from bench.harness import MiB, Stubs, block_cap, create_request
+from bench.harness import MiB, Stubs
+from csi_hostpath import requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
+from csi_hostpath.requests import block_cap
 
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 VOLUME_SIZE = 16 * MiB
@@ -49,23 +51,17 @@ def bare_call(stubs: Stubs) -> tuple[str, Callable[[], object]]:
 
 
 def _publish(stubs: Stubs, volume_id: str, node_id: str) -> None:
-    stubs.controller.ControllerPublishVolume(
-        pb.ControllerPublishVolumeRequest(
-            volume_id=volume_id, node_id=node_id, volume_capability=block_cap()
-        )
-    )
+    stubs.controller.ControllerPublishVolume(rq.controller_publish(volume_id, node_id, block_cap()))
 
 
 def _unpublish(stubs: Stubs, volume_id: str, node_id: str) -> None:
-    stubs.controller.ControllerUnpublishVolume(
-        pb.ControllerUnpublishVolumeRequest(volume_id=volume_id, node_id=node_id)
-    )
+    stubs.controller.ControllerUnpublishVolume(rq.controller_unpublish(volume_id, node_id))
 
 
 def _create_many(stubs: Stubs, prefix: str, count: int) -> list[str]:
     def create(index: int) -> str:
         response = stubs.controller.CreateVolume(
-            create_request(f"{prefix}-{index}", block_cap(), VOLUME_SIZE)
+            rq.create_volume(f"{prefix}-{index}", block_cap(), VOLUME_SIZE)
         )
         return str(response.volume.volume_id)
 
@@ -76,7 +72,7 @@ def _create_many(stubs: Stubs, prefix: str, count: int) -> list[str]:
 def _delete_many(stubs: Stubs, node_id: str, volume_ids: list[str]) -> None:
     def delete(volume_id: str) -> None:
         _unpublish(stubs, volume_id, node_id)
-        stubs.controller.DeleteVolume(pb.DeleteVolumeRequest(volume_id=volume_id))
+        stubs.controller.DeleteVolume(rq.delete_volume(volume_id))
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         list(pool.map(delete, volume_ids))

@@ -18,7 +18,8 @@ from pathlib import Path
 import grpc
 import psutil
 
-from bench.harness import Stubs, cap_for, create_request
+from bench.harness import Stubs, cap_for
+from csi_hostpath import requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
 
 STEPS = (
@@ -64,7 +65,7 @@ def lifecycle(
 
     try:
         created = step(
-            "CreateVolume", lambda: stubs.controller.CreateVolume(create_request(name, cap, size))
+            "CreateVolume", lambda: stubs.controller.CreateVolume(rq.create_volume(name, cap, size))
         )
         assert isinstance(created, pb.CreateVolumeResponse)
         volume = created.volume
@@ -72,9 +73,7 @@ def lifecycle(
         published = step(
             "ControllerPublishVolume",
             lambda: stubs.controller.ControllerPublishVolume(
-                pb.ControllerPublishVolumeRequest(
-                    volume_id=vol.volume_id, node_id=node_id, volume_capability=cap
-                )
+                rq.controller_publish(vol.volume_id, node_id, cap)
             ),
         )
         assert isinstance(published, pb.ControllerPublishVolumeResponse)
@@ -83,26 +82,14 @@ def lifecycle(
         step(
             "NodeStageVolume",
             lambda: stubs.node.NodeStageVolume(
-                pb.NodeStageVolumeRequest(
-                    volume_id=vol.volume_id,
-                    staging_target_path=str(staging),
-                    volume_capability=cap,
-                    publish_context=context,
-                    volume_context=dict(volume.volume_context),
-                )
+                rq.node_stage(vol.volume_id, staging, cap, context, volume.volume_context)
             ),
         )
         vol.staged = True
         step(
             "NodePublishVolume",
             lambda: stubs.node.NodePublishVolume(
-                pb.NodePublishVolumeRequest(
-                    volume_id=vol.volume_id,
-                    staging_target_path=str(staging),
-                    target_path=str(target),
-                    volume_capability=cap,
-                    publish_context=context,
-                )
+                rq.node_publish(vol.volume_id, staging, target, cap, publish_context=context)
             ),
         )
         vol.node_published = True
@@ -139,32 +126,28 @@ def teardown(
         target = str(vol.target)
         run(
             "NodeUnpublishVolume",
-            lambda: stubs.node.NodeUnpublishVolume(
-                pb.NodeUnpublishVolumeRequest(volume_id=vol.volume_id, target_path=target)
-            ),
+            lambda: stubs.node.NodeUnpublishVolume(rq.node_unpublish(vol.volume_id, target)),
         )
         vol.node_published = False
     if vol.staged and vol.staging is not None:
         staging = str(vol.staging)
         run(
             "NodeUnstageVolume",
-            lambda: stubs.node.NodeUnstageVolume(
-                pb.NodeUnstageVolumeRequest(volume_id=vol.volume_id, staging_target_path=staging)
-            ),
+            lambda: stubs.node.NodeUnstageVolume(rq.node_unstage(vol.volume_id, staging)),
         )
         vol.staged = False
     if vol.published:
         run(
             "ControllerUnpublishVolume",
             lambda: stubs.controller.ControllerUnpublishVolume(
-                pb.ControllerUnpublishVolumeRequest(volume_id=vol.volume_id, node_id=node_id)
+                rq.controller_unpublish(vol.volume_id, node_id)
             ),
         )
         vol.published = False
     if vol.volume_id and delete:
         run(
             "DeleteVolume",
-            lambda: stubs.controller.DeleteVolume(pb.DeleteVolumeRequest(volume_id=vol.volume_id)),
+            lambda: stubs.controller.DeleteVolume(rq.delete_volume(vol.volume_id)),
         )
         vol.volume_id = ""
 

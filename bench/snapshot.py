@@ -20,9 +20,11 @@ from typing import Any
 
 import grpc
 
-from bench.harness import GiB, MiB, Stubs, create_request, mount_cap
+from bench.harness import GiB, MiB, Stubs
 from bench.lifecycle import Volume, teardown
+from csi_hostpath import requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
+from csi_hostpath.requests import mount_cap
 
 SOURCE_SIZE = 10 * GiB
 WRITTEN = 100 * MiB
@@ -76,31 +78,17 @@ def _in_use(stubs: Stubs, work: Path, node_id: str, volume: pb.Volume, name: str
     vol = Volume(volume_id=volume.volume_id, staging=staging, target=target)
     try:
         published = stubs.controller.ControllerPublishVolume(
-            pb.ControllerPublishVolumeRequest(
-                volume_id=volume.volume_id, node_id=node_id, volume_capability=cap
-            )
+            rq.controller_publish(volume.volume_id, node_id, cap)
         )
         vol.published = True
         context = dict(published.publish_context)
         vol.staged = True  # a failed stage is still undone by the teardown (idempotent)
         stubs.node.NodeStageVolume(
-            pb.NodeStageVolumeRequest(
-                volume_id=volume.volume_id,
-                staging_target_path=str(staging),
-                volume_capability=cap,
-                publish_context=context,
-                volume_context=dict(volume.volume_context),
-            )
+            rq.node_stage(volume.volume_id, staging, cap, context, volume.volume_context)
         )
         vol.node_published = True
         stubs.node.NodePublishVolume(
-            pb.NodePublishVolumeRequest(
-                volume_id=volume.volume_id,
-                staging_target_path=str(staging),
-                target_path=str(target),
-                volume_capability=cap,
-                publish_context=context,
-            )
+            rq.node_publish(volume.volume_id, staging, target, cap, publish_context=context)
         )
         yield target
     finally:
@@ -132,7 +120,7 @@ def _digest(path: Path) -> str:
 
 
 def _create_snapshot(stubs: Stubs, volume_id: str, name: str) -> pb.Snapshot:
-    request = pb.CreateSnapshotRequest(source_volume_id=volume_id, name=name)
+    request = rq.create_snapshot(name, volume_id)
     deadline = time.monotonic() + _READY_TIMEOUT
     while True:
         response: pb.CreateSnapshotResponse = stubs.controller.CreateSnapshot(request)
@@ -157,7 +145,7 @@ def _clone(
     start = time.perf_counter()
     try:
         response = stubs.controller.CreateVolume(
-            create_request(name, mount_cap("ext4"), SOURCE_SIZE, source)
+            rq.create_volume(name, mount_cap("ext4"), SOURCE_SIZE, source)
         )
     except grpc.RpcError as exc:
         outcome.status = _failed(exc)
@@ -181,7 +169,7 @@ def snapshot_and_clones(stubs: Stubs, work: Path, node_id: str, pool_dir: Path) 
     created: list[str] = []
     snapshot_id = ""
     source = stubs.controller.CreateVolume(
-        create_request("snap-source", mount_cap("ext4"), SOURCE_SIZE)
+        rq.create_volume("snap-source", mount_cap("ext4"), SOURCE_SIZE)
     ).volume
     created.append(source.volume_id)
     source_file = pool_dir / "volumes" / f"{source.volume_id}.img"
@@ -235,11 +223,11 @@ def snapshot_and_clones(stubs: Stubs, work: Path, node_id: str, pool_dir: Path) 
         # Copies first, then the snapshot, then the source: the order a CO cleans up in.
         for volume_id in reversed(created[1:]):
             with contextlib.suppress(grpc.RpcError):
-                stubs.controller.DeleteVolume(pb.DeleteVolumeRequest(volume_id=volume_id))
+                stubs.controller.DeleteVolume(rq.delete_volume(volume_id))
         if snapshot_id:
             with contextlib.suppress(grpc.RpcError):
-                stubs.controller.DeleteSnapshot(pb.DeleteSnapshotRequest(snapshot_id=snapshot_id))
-        stubs.controller.DeleteVolume(pb.DeleteVolumeRequest(volume_id=source.volume_id))
+                stubs.controller.DeleteSnapshot(rq.delete_snapshot(snapshot_id))
+        stubs.controller.DeleteVolume(rq.delete_volume(source.volume_id))
     return {
         "source_size_bytes": SOURCE_SIZE,
         "written_bytes": WRITTEN,

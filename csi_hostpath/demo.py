@@ -12,6 +12,7 @@ from typing import TextIO
 
 import grpc
 
+from csi_hostpath import requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.service.inspect import Phase, inspect_volume
@@ -19,12 +20,7 @@ from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout
 
 MiB = 1 << 20
-DEMO_CAPABILITY = pb.VolumeCapability(
-    mount=pb.VolumeCapability.MountVolume(fs_type="ext4"),
-    access_mode=pb.VolumeCapability.AccessMode(
-        mode=pb.VolumeCapability.AccessMode.SINGLE_NODE_WRITER
-    ),
-)
+DEMO_CAPABILITY = rq.mount_cap("ext4")
 
 
 def render_phases(phases: list[Phase]) -> str:
@@ -87,63 +83,35 @@ def run_demo(endpoint: str, state_dir: Path, pool_dir: Path, out: TextIO) -> int
 
     try:
         vol = controller.CreateVolume(
-            pb.CreateVolumeRequest(
-                name=f"demo-{int(time.time())}",
-                volume_capabilities=[DEMO_CAPABILITY],
-                capacity_range=pb.CapacityRange(required_bytes=64 * MiB),
-            )
+            rq.create_volume(f"demo-{int(time.time())}", DEMO_CAPABILITY, 64 * MiB)
         ).volume
         volume_id = vol.volume_id
-        undo.append(lambda: controller.DeleteVolume(pb.DeleteVolumeRequest(volume_id=volume_id)))
+        undo.append(lambda: controller.DeleteVolume(rq.delete_volume(volume_id)))
         show(f"CreateVolume: {volume_id}, a 64 MiB sparse file in the pool")
 
         ctx = controller.ControllerPublishVolume(
-            pb.ControllerPublishVolumeRequest(
-                volume_id=volume_id, node_id=node_id, volume_capability=DEMO_CAPABILITY
-            )
+            rq.controller_publish(volume_id, node_id, DEMO_CAPABILITY)
         ).publish_context
         undo.append(
             lambda: controller.ControllerUnpublishVolume(
-                pb.ControllerUnpublishVolumeRequest(volume_id=volume_id, node_id=node_id)
+                rq.controller_unpublish(volume_id, node_id)
             )
         )
         show(f"ControllerPublishVolume: the ledger gives {node_id} generation {ctx['generation']}")
 
         node.NodeStageVolume(
-            pb.NodeStageVolumeRequest(
-                volume_id=volume_id,
-                staging_target_path=str(staging),
-                volume_capability=DEMO_CAPABILITY,
-                publish_context=ctx,
-                volume_context=dict(vol.volume_context),
-            )
+            rq.node_stage(volume_id, staging, DEMO_CAPABILITY, ctx, vol.volume_context)
         )
-        undo.append(
-            lambda: node.NodeUnstageVolume(
-                pb.NodeUnstageVolumeRequest(volume_id=volume_id, staging_target_path=str(staging))
-            )
-        )
+        undo.append(lambda: node.NodeUnstageVolume(rq.node_unstage(volume_id, staging)))
         show(f"NodeStageVolume: loop device attached, ext4 made and mounted at {staging}", True)
 
         node.NodePublishVolume(
-            pb.NodePublishVolumeRequest(
-                volume_id=volume_id,
-                staging_target_path=str(staging),
-                target_path=str(target),
-                volume_capability=DEMO_CAPABILITY,
-                publish_context=ctx,
-            )
+            rq.node_publish(volume_id, staging, target, DEMO_CAPABILITY, publish_context=ctx)
         )
-        undo.append(
-            lambda: node.NodeUnpublishVolume(
-                pb.NodeUnpublishVolumeRequest(volume_id=volume_id, target_path=str(target))
-            )
-        )
+        undo.append(lambda: node.NodeUnpublishVolume(rq.node_unpublish(volume_id, target)))
         (target / "hello.txt").write_text("written through the bind mount\n")
         show(f"NodePublishVolume: bound at {target}; a pod would see it now", True)
-        stats = node.NodeGetVolumeStats(
-            pb.NodeGetVolumeStatsRequest(volume_id=volume_id, volume_path=str(target))
-        )
+        stats = node.NodeGetVolumeStats(rq.volume_stats(volume_id, target))
         used = stats.usage[0]
         out.write(
             f"\nNodeGetVolumeStats: {used.used} of {used.total} bytes used; condition "

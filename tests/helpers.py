@@ -10,46 +10,28 @@ from typing import Any
 import grpc
 import pytest
 
+from csi_hostpath import requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
+from csi_hostpath.requests import Mode, block_cap, mount_cap
 
 MiB = 1 << 20
-Mode = pb.VolumeCapability.AccessMode
-
-
-def mount_cap(
-    fs_type: str = "", mode: int = Mode.SINGLE_NODE_WRITER, flags: tuple[str, ...] = ()
-) -> pb.VolumeCapability:
-    return pb.VolumeCapability(
-        mount=pb.VolumeCapability.MountVolume(fs_type=fs_type, mount_flags=list(flags)),
-        access_mode=Mode(mode=mode),
-    )
-
-
-def block_cap(mode: int = Mode.SINGLE_NODE_WRITER) -> pb.VolumeCapability:
-    return pb.VolumeCapability(block=pb.VolumeCapability.BlockVolume(), access_mode=Mode(mode=mode))
+__all__ = ["Mode", "block_cap", "mount_cap"]
 
 
 def create(
     client: Any, name: str, cap: pb.VolumeCapability, size: int = 64 * MiB, **kw: Any
 ) -> pb.Volume:
-    response = client.controller.CreateVolume(
-        pb.CreateVolumeRequest(
-            name=name,
-            volume_capabilities=[cap],
-            capacity_range=pb.CapacityRange(required_bytes=size),
-            **kw,
-        )
-    )
-    return response.volume
+    request = rq.create_volume(name, cap, size)
+    if kw:
+        request.MergeFrom(pb.CreateVolumeRequest(**kw))
+    return client.controller.CreateVolume(request).volume
 
 
 def publish(
     client: Any, volume_id: str, node_id: str, cap: pb.VolumeCapability, readonly: bool = False
 ) -> dict[str, str]:
     response = client.controller.ControllerPublishVolume(
-        pb.ControllerPublishVolumeRequest(
-            volume_id=volume_id, node_id=node_id, volume_capability=cap, readonly=readonly
-        )
+        rq.controller_publish(volume_id, node_id, cap, readonly)
     )
     return dict(response.publish_context)
 
@@ -62,13 +44,7 @@ def stage(
     publish_context: dict[str, str],
 ) -> None:
     client.node.NodeStageVolume(
-        pb.NodeStageVolumeRequest(
-            volume_id=volume.volume_id,
-            staging_target_path=str(staging),
-            volume_capability=cap,
-            publish_context=publish_context,
-            volume_context=dict(volume.volume_context),
-        )
+        rq.node_stage(volume.volume_id, staging, cap, publish_context, volume.volume_context)
     )
 
 
@@ -83,38 +59,24 @@ def node_publish(
     volume_context: dict[str, str] | None = None,
 ) -> None:
     client.node.NodePublishVolume(
-        pb.NodePublishVolumeRequest(
-            volume_id=volume_id,
-            staging_target_path=str(staging),
-            target_path=str(target),
-            volume_capability=cap,
-            readonly=readonly,
-            publish_context=publish_context or {},
-            volume_context=volume_context or {},
-        )
+        rq.node_publish(volume_id, staging, target, cap, readonly, publish_context, volume_context)
     )
 
 
 def node_unpublish(client: Any, volume_id: str, target: Path) -> None:
-    client.node.NodeUnpublishVolume(
-        pb.NodeUnpublishVolumeRequest(volume_id=volume_id, target_path=str(target))
-    )
+    client.node.NodeUnpublishVolume(rq.node_unpublish(volume_id, target))
 
 
 def unstage(client: Any, volume_id: str, staging: Path) -> None:
-    client.node.NodeUnstageVolume(
-        pb.NodeUnstageVolumeRequest(volume_id=volume_id, staging_target_path=str(staging))
-    )
+    client.node.NodeUnstageVolume(rq.node_unstage(volume_id, staging))
 
 
 def unpublish(client: Any, volume_id: str, node_id: str) -> None:
-    client.controller.ControllerUnpublishVolume(
-        pb.ControllerUnpublishVolumeRequest(volume_id=volume_id, node_id=node_id)
-    )
+    client.controller.ControllerUnpublishVolume(rq.controller_unpublish(volume_id, node_id))
 
 
 def delete(client: Any, volume_id: str) -> None:
-    client.controller.DeleteVolume(pb.DeleteVolumeRequest(volume_id=volume_id))
+    client.controller.DeleteVolume(rq.delete_volume(volume_id))
 
 
 def expect_code(

@@ -13,6 +13,7 @@ import pytest
 
 from tests import helpers as h
 from tests.conftest import Client
+from tests.needs import needs_fs
 
 pytestmark = pytest.mark.real
 MiB = h.MiB
@@ -149,6 +150,7 @@ def test_case11_block_grant_staged_as_filesystem_is_refused(driver: Client, work
         assert f.read(len(data)) == data, "the block data must not be formatted away"
 
 
+@needs_fs("xfs")
 def test_case11_clones_and_restores_keep_the_source_kind(driver: Client, workdir: Path) -> None:
     from csi_hostpath._pb import csi_pb2 as pb
 

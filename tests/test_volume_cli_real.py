@@ -20,6 +20,7 @@ import pytest
 from csi_hostpath.volume_cli.output import SCHEMA, SCHEMA_VERSION
 from tests import helpers as h
 from tests.kernel import loops_backed_under, mounts_under
+from tests.needs import needs_fs
 
 pytestmark = pytest.mark.real
 MiB = h.MiB
@@ -95,6 +96,7 @@ def read_back(path: Path) -> bytes:
     return path.read_bytes()
 
 
+@needs_fs("xfs")
 def test_a_volumes_whole_life_leaves_nothing_behind(cli: Cli, workdir: Path) -> None:
     # The pool of a driver started by `spawn` is not RUN_DIR/state/pool: say where it is.
     pool = f"--pool-dir={workdir}/drv-state/pool"

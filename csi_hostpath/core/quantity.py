@@ -51,7 +51,7 @@ def parse_quantity(text: str) -> Fraction:
         raise QuantityError(f"{len(text)} characters is too long for a quantity like 1.5Gi")
     match = _QUANTITY.fullmatch(text)
     if match is None or not (match["int"] or match["frac"]):
-        raise QuantityError(f"{text!r} is not a quantity like 100Mi, 1.5Gi, 100k or 1e9")
+        raise QuantityError(f"{text!r} is not a quantity like 512Mi, 1.5Gi, 100k or 1e9")
     digits = match["int"] + (match["frac"] or "")
     value = Fraction(int(digits or "0"), 10 ** len(match["frac"] or ""))
     if match["exp"] is not None:

@@ -29,6 +29,7 @@ from typing import Any
 
 import grpc
 
+from csi_hostpath import requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
 from tests.conftest import Client, DriverProcess
 from tests.test_ledger_multinode import ledger_cli, mount_points
@@ -65,8 +66,18 @@ class NodeNamespace:
             # unshare and sleep), so the holder dies with the test process even if that is
             # killed. A Python preexec_fn would run between fork and exec in a process with gRPC
             # threads, which is not safe.
-            ["setpriv", "--pdeathsig", "KILL", "--", "unshare", "--mount", "--propagation",
-             "private", "sleep", "infinity"],
+            [
+                "setpriv",
+                "--pdeathsig",
+                "KILL",
+                "--",
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "sleep",
+                "infinity",
+            ],
         )
         # unshare(2) has run once the process has exec'ed sleep; before that, nsenter would
         # join the test's own namespace.
@@ -202,20 +213,12 @@ class Provisioner:
         size: int,
         requirements: pb.TopologyRequirement | None = None,
     ) -> PV:
-        request = pb.CreateVolumeRequest(
-            name=name,
-            volume_capabilities=[cap],
-            capacity_range=pb.CapacityRange(required_bytes=size),
-        )
-        if requirements is not None:
-            request.accessibility_requirements.CopyFrom(requirements)
+        request = rq.create_volume(name, cap, size, requirements=requirements)
         response = self.controller.call("controller", "CreateVolume", request)
         return PV(name, response.volume, cap)
 
     def delete(self, pv: PV) -> None:
-        self.controller.call(
-            "controller", "DeleteVolume", pb.DeleteVolumeRequest(volume_id=pv.handle)
-        )
+        self.controller.call("controller", "DeleteVolume", rq.delete_volume(pv.handle))
 
 
 class Attacher:
@@ -229,12 +232,8 @@ class Attacher:
         response = self.controller.call(
             "controller",
             "ControllerPublishVolume",
-            pb.ControllerPublishVolumeRequest(
-                volume_id=pv.handle,
-                node_id=self.ids.get(node, node),
-                volume_capability=pv.cap,
-                readonly=readonly,
-                volume_context=dict(pv.volume.volume_context),
+            rq.controller_publish(
+                pv.handle, self.ids.get(node, node), pv.cap, readonly, pv.volume.volume_context
             ),
         )
         return dict(response.publish_context)
@@ -243,9 +242,7 @@ class Attacher:
         self.controller.call(
             "controller",
             "ControllerUnpublishVolume",
-            pb.ControllerUnpublishVolumeRequest(
-                volume_id=pv.handle, node_id=self.ids.get(node, node)
-            ),
+            rq.controller_unpublish(pv.handle, self.ids.get(node, node)),
         )
 
 
@@ -275,13 +272,7 @@ class Kubelet:
         self.plugin.call(
             "node",
             "NodeStageVolume",
-            pb.NodeStageVolumeRequest(
-                volume_id=pv.handle,
-                staging_target_path=str(staging),
-                volume_capability=pv.cap,
-                publish_context=publish_context,
-                volume_context=dict(pv.volume.volume_context),
-            ),
+            rq.node_stage(pv.handle, staging, pv.cap, publish_context, pv.volume.volume_context),
         )
 
     def setup(
@@ -293,14 +284,14 @@ class Kubelet:
         self.plugin.call(
             "node",
             "NodePublishVolume",
-            pb.NodePublishVolumeRequest(
-                volume_id=pv.handle,
-                staging_target_path=str(self.staging_path(pv)),
-                target_path=str(target),
-                volume_capability=pv.cap,
-                readonly=readonly,
-                publish_context=publish_context,
-                volume_context=dict(pv.volume.volume_context),
+            rq.node_publish(
+                pv.handle,
+                self.staging_path(pv),
+                target,
+                pv.cap,
+                readonly,
+                publish_context,
+                pv.volume.volume_context,
             ),
         )
         return target
@@ -309,9 +300,7 @@ class Kubelet:
         self.plugin.call(
             "node",
             "NodeUnpublishVolume",
-            pb.NodeUnpublishVolumeRequest(
-                volume_id=pv.handle, target_path=str(self.target_path(pod, pv))
-            ),
+            rq.node_unpublish(pv.handle, self.target_path(pod, pv)),
         )
 
     def unmount_device(self, pv: PV) -> None:
@@ -319,7 +308,7 @@ class Kubelet:
         self.plugin.call(
             "node",
             "NodeUnstageVolume",
-            pb.NodeUnstageVolumeRequest(volume_id=pv.handle, staging_target_path=str(staging)),
+            rq.node_unstage(pv.handle, staging),
         )
         # The kubelet removes the directory it made for the device mount.
         for d in (staging, staging.parent):
@@ -332,11 +321,7 @@ class Kubelet:
         return self.plugin.call(
             "node",
             "NodeGetVolumeStats",
-            pb.NodeGetVolumeStatsRequest(
-                volume_id=pv.handle,
-                volume_path=str(path),
-                staging_target_path=str(self.staging_path(pv)),
-            ),
+            rq.volume_stats(pv.handle, path, self.staging_path(pv)),
         )
 
     # ----- the pod's I/O, inside the node's namespace -----
