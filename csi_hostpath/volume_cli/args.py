@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from csi_hostpath.volume_cli.quantity import QuantityError, parse_bytes
+from csi_hostpath.volume_cli.quantity import QuantityError, parse_size
 
 ENDPOINT_ENV = "CSI_HOSTPATH_ENDPOINT"
 RUN_DIR_ENV = "CSI_HOSTPATH_RUN_DIR"
@@ -31,7 +31,7 @@ def name_arg(text: str) -> str:
 
 def size_arg(text: str) -> int:
     try:
-        return parse_bytes(text)
+        return parse_size(text)
     except QuantityError as e:
         raise argparse.ArgumentTypeError(str(e)) from e
 

@@ -1,19 +1,18 @@
-"""Sizes as Kubernetes quantities ("1Gi", "500M", "1.5Gi", "1e9"), to bytes and back. Parsing is
-core/quantity.py's (Kubernetes' grammar); this adds what a volume's size must be: more than 0."""
+"""Sizes on the command line: Kubernetes quantities (core/quantity.py parses them: "1Gi",
+"500M", "1.5Gi", "1e9"), more than 0 bytes; and bytes back to a short figure for people."""
 
 from __future__ import annotations
 
-from csi_hostpath.core.quantity import QuantityError
-from csi_hostpath.core.quantity import parse_bytes as _parse_bytes
+from csi_hostpath.core.quantity import QuantityError, parse_bytes
 
-__all__ = ["QuantityError", "format_bytes", "parse_bytes"]
+__all__ = ["QuantityError", "format_bytes", "parse_size"]
 
 
-def parse_bytes(text: str) -> int:
+def parse_size(text: str) -> int:
     """Bytes for a quantity; raises QuantityError with an example of what is accepted."""
-    size = _parse_bytes(text)
+    size = parse_bytes(text.strip())
     if size <= 0:
-        raise QuantityError(f"{text[:40]!r}: a size must be more than 0 bytes")
+        raise QuantityError(f"{text[:40]!r}: a size must be more than 0 bytes, like 512Mi or 1Gi")
     return size
 
 

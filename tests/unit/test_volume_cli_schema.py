@@ -24,7 +24,7 @@ from csi_hostpath.volume_cli.output import (
     SCHEMA_VERSION,
     Progress,
 )
-from csi_hostpath.volume_cli.quantity import QuantityError, parse_bytes
+from csi_hostpath.volume_cli.quantity import QuantityError, format_bytes, parse_size
 from csi_hostpath.volume_cli.records import MountRecord, Records, RecordsFile, VolumeRecord
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "volume-cli.md"
@@ -111,13 +111,23 @@ def test_the_documentation_names_every_field_and_exit_code() -> None:
     ],
 )
 def test_sizes_are_kubernetes_quantities(text: str, expected: int) -> None:
-    assert parse_bytes(text) == expected
+    assert parse_size(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "lots", "1GB", "-1Gi", "0", "1 Gi Gi"])
+@pytest.mark.parametrize("text", ["", "lots", "1GB", "1K", "-1Gi", "0", "0Mi", "1 Gi Gi"])
 def test_a_bad_size_says_what_a_size_looks_like(text: str) -> None:
     with pytest.raises(QuantityError):
-        parse_bytes(text)
+        parse_size(text)
+
+
+def test_sizes_print_short() -> None:
+    assert [format_bytes(n) for n in (None, 512, 1 << 20, 3 << 29, 64 << 30)] == [
+        "-",
+        "512B",
+        "1Mi",
+        "1.5Gi",
+        "64Gi",
+    ]
 
 
 def _parse(*argv: str) -> argparse.Namespace:
