@@ -24,6 +24,7 @@ from csi_hostpath.api.identity import IdentityServicer
 from csi_hostpath.api.liveness import LivenessPool, max_concurrent_rpcs
 from csi_hostpath.api.logging_interceptor import LoggingInterceptor
 from csi_hostpath.api.node import NodeServicer
+from csi_hostpath.api.snapshot_metadata import SnapshotMetadataServicer
 from csi_hostpath.config import Config
 from csi_hostpath.endpoint import claim_endpoint
 from csi_hostpath.service import health as readiness
@@ -34,6 +35,7 @@ from csi_hostpath.service.metrics import Metrics, build_metrics
 from csi_hostpath.service.modify import ModifyService
 from csi_hostpath.service.node import NodeService
 from csi_hostpath.service.pool_truth import open_pool
+from csi_hostpath.service.snapshot_metadata import SnapshotMetadataService
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.groups import GroupRecords
 from csi_hostpath.store.mutable import MutableRecords
@@ -177,6 +179,9 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
                 ControllerServicer(controller, modify, groups), server
             )
             pb_grpc.add_GroupControllerServicer_to_server(GroupControllerServicer(groups), server)
+            pb_grpc.add_SnapshotMetadataServicer_to_server(
+                SnapshotMetadataServicer(SnapshotMetadataService(store, layout)), server
+            )
         if node is not None:
             pb_grpc.add_NodeServicer_to_server(NodeServicer(node), server)
         # The standard gRPC health service, beside Probe, for probes that speak it.

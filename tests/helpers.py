@@ -105,3 +105,33 @@ def mounted(path: Path) -> bool:
     target = str(path)
     with open("/proc/self/mountinfo") as f:
         return any(line.split()[4] == target for line in f)
+
+
+def block_in_use(
+    client: Any, workdir: Path, name: str, size: int, volume_context: dict[str, str] | None = None
+) -> tuple[str, Path, Path]:
+    """A block volume created, published to node-a, staged and published at a device target:
+    (volume ID, staging path, target path). `release` undoes all of it."""
+    cap = block_cap()
+    vol = create(client, name, cap, size)
+    ctx = publish(client, vol.volume_id, "node-a", cap)
+    staging, target = workdir / f"{name}-staging", workdir / f"{name}-pod" / "dev"
+    staging.mkdir()
+    stage(client, vol, staging, cap, ctx)
+    node_publish(
+        client,
+        vol.volume_id,
+        staging,
+        target,
+        cap,
+        publish_context=ctx,
+        volume_context=volume_context,
+    )
+    return vol.volume_id, staging, target
+
+
+def release(client: Any, volume_id: str, staging: Path, target: Path) -> None:
+    node_unpublish(client, volume_id, target)
+    unstage(client, volume_id, staging)
+    unpublish(client, volume_id, "node-a")
+    delete(client, volume_id)

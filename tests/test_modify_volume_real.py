@@ -83,15 +83,8 @@ def test_byte_rate_limit_holds_in_the_pods_cgroup_and_lifts(
 ) -> None:
     uid, cgroup = pod_cgroup
     _, client = spawn("mod", "--fence-interval", "0.5")
-    cap = h.block_cap()
-    vol = h.create(client, "limited", cap, 64 * h.MiB)
-    vid = vol.volume_id
-    ctx = h.publish(client, vid, "node-a", cap)
-    staging, target = workdir / "staging", workdir / "pod" / "dev"
-    staging.mkdir()
-    h.stage(client, vol, staging, cap, ctx)
-    h.node_publish(
-        client, vid, staging, target, cap, publish_context=ctx, volume_context={POD_UID_KEY: uid}
+    vid, staging, target = h.block_in_use(
+        client, workdir, "limited", 64 * h.MiB, volume_context={POD_UID_KEY: uid}
     )
     device = _device_of(target)
     try:
@@ -113,10 +106,7 @@ def test_byte_rate_limit_holds_in_the_pods_cgroup_and_lifts(
         print(f"lifted {lifted:.1f} MiB/s")
         assert lifted > 3 * LIMIT / h.MiB, f"{lifted:.2f} MiB/s after the limit was lifted"
     finally:
-        h.node_unpublish(client, vid, target)
-        h.unstage(client, vid, staging)
-        h.unpublish(client, vid, "node-a")
-        h.delete(client, vid)
+        h.release(client, vid, staging, target)
     assert rule(cgroup, device) == 0, "a lifted or unstaged volume leaves no rule behind"
 
 

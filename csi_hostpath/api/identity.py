@@ -38,6 +38,7 @@ class IdentityServicer(pb_grpc.IdentityServicer):
         if self.config.serves_controller:
             caps.append(Cap(service=Cap.Service(type=Cap.Service.CONTROLLER_SERVICE)))
             caps.append(Cap(service=Cap.Service(type=Cap.Service.GROUP_CONTROLLER_SERVICE)))
+            caps.append(Cap(service=Cap.Service(type=Cap.Service.SNAPSHOT_METADATA_SERVICE)))
         if self.config.pool_scope == PoolScope.LOCAL:
             caps.append(Cap(service=Cap.Service(type=Cap.Service.VOLUME_ACCESSIBILITY_CONSTRAINTS)))
         # Filesystems grow while mounted (xfs_growfs, resize2fs) and loop devices take a new

@@ -82,3 +82,19 @@ def _abort(context: grpc.ServicerContext, name: str, exc: Exception) -> NoReturn
         message = str(exc)
     context.abort(code, message[:4000])
     raise AssertionError("unreachable: context.abort raises")
+
+
+def stream_rpc(method: F) -> F:
+    """`rpc` for a server-streaming method (a generator): an error raised before or between
+    messages ends the stream with its status, never with a silent end of stream."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            yield from method(self, request, context)
+        except Exception as exc:  # the edge: everything becomes a status
+            if context.code() is not None:
+                raise
+            _abort(context, method.__name__, exc)
+
+    return wrapper  # type: ignore[return-value]
