@@ -15,8 +15,9 @@ SHARED_BIN ?= $(abspath $(CURDIR)/../shared/bin)
 # Deployment, reliability and benchmark targets live in their own fragments.
 -include mk/*.mk
 
+# Target names may hold digits (kind-e2e) and capitals.
 help:  ## list the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 $(PY):
 	python3 -m venv $(VENV)

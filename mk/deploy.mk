@@ -35,7 +35,7 @@ IMAGE_ARCHIVE ?= $(CURDIR)/.run/$(IMAGE)-$(IMAGE_TAG).tar
 # $(call need,TOOL): stop with a clear message when TOOL is not on PATH.
 need = @command -v $(1) >/dev/null 2>&1 || { echo "$(1) not found: this target needs it on PATH (see docs/kind.md)" >&2; exit 1; }
 
-.PHONY: image chart-lint chart-test chart-render kind-up kind-down kind-deploy
+.PHONY: image chart-lint chart-test chart-render kind-up kind-down kind-deploy kind-e2e
 
 image:  ## build the driver image, tagged with the project version (needs docker)
 	$(call need,$(DOCKER))
@@ -72,3 +72,14 @@ kind-deploy: image  ## load the image into kind (as an archive) and helm upgrade
 	$(HELM) upgrade --install $(RELEASE) $(CHART_DIR) --namespace $(NAMESPACE) \
 		--create-namespace --set driver.image.repository=$(IMAGE) \
 		--set-string driver.image.tag=$(IMAGE_TAG) $(HELM_ARGS)
+
+# Arguments for tools/kind-e2e.sh: --dry-run prints every step and runs nothing; --keep leaves the
+# cluster up; --no-snapshots, --no-node-loss skip parts.
+E2E_ARGS ?=
+
+kind-e2e:  ## kind up, image, chart, docs/kind.md's experiments checked by kubectl (E2E_ARGS=--dry-run)
+	DOCKER=$(DOCKER) KIND=$(KIND) KUBECTL=$(KUBECTL) HELM=$(HELM) KIND_CLUSTER=$(KIND_CLUSTER) \
+		KIND_CONFIG=$(KIND_CONFIG) KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) \
+		KIND_SHARED_DIR=$(KIND_SHARED_DIR) IMAGE=$(IMAGE) IMAGE_TAG=$(IMAGE_TAG) \
+		IMAGE_ARCHIVE=$(IMAGE_ARCHIVE) CHART_DIR=$(CHART_DIR) RELEASE=$(RELEASE) \
+		NAMESPACE=$(NAMESPACE) bash tools/kind-e2e.sh $(E2E_ARGS)
