@@ -76,6 +76,7 @@ class Plugin:
     node_id: str
     log_level: str = "INFO"
     proc: subprocess.Popen[bytes] | None = None
+    pool: Path | None = None  # elsewhere than the default (an xfs reflink pool, say)
 
     @property
     def socket(self) -> Path:
@@ -88,7 +89,7 @@ class Plugin:
     @property
     def pool_dir(self) -> Path:
         # The driver's default: the pool lives in the state directory.
-        return self.state_dir / "pool"
+        return self.pool or self.state_dir / "pool"
 
     @property
     def log_path(self) -> Path:

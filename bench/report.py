@@ -206,6 +206,30 @@ def _snapshot_rows(table: _Table, results: dict[str, Any]) -> None:
         )
 
 
+def _group_and_cbt_rows(table: _Table, results: dict[str, Any]) -> None:
+    group = results.get("group")
+    if group:
+        table.add(
+            "f",
+            f"CreateVolumeGroupSnapshot of {group['members']} mounted 1 GiB ext4 volumes "
+            "(all frozen at one point); floor: one CreateSnapshot each",
+            f"{group['seconds'] * 1000:.0f} ms (floor {group['floor_seconds'] * 1000:.0f} ms, "
+            f"{group['seconds'] / group['floor_seconds']:.2f}x)",
+        )
+    for pool, figures in (results.get("cbt") or {}).items():
+        target = pool == "xfs-reflink"
+        exact = figures["exact"]
+        table.add(
+            "g",
+            f"GetMetadataDelta, 10 GiB volume, 1 GiB written, 100 MiB changed, {pool} pool; "
+            "floor: read every allocated block of both snapshots",
+            f"{figures['seconds'] * 1000:.0f} ms (floor {figures['floor_seconds'] * 1000:.0f} ms), "
+            f"answer {'exact' if exact else '**wrong**'}",
+            "< 1 s, exact" if target else "exact",
+            _verdict(exact and (figures["seconds"] < 1.0 or not target)),
+        )
+
+
 def _rss_rows(table: _Table, results: dict[str, Any]) -> None:
     if "rss_idle_bytes" in results:
         idle = results["rss_idle_bytes"]
@@ -256,6 +280,7 @@ def markdown(results: dict[str, Any]) -> str:
     _many_rows(table, results)
     _ledger_rows(table, results)
     _snapshot_rows(table, results)
+    _group_and_cbt_rows(table, results)
     _rss_rows(table, results)
     plugin_log = results.get("plugin_log")
     if plugin_log:

@@ -22,12 +22,12 @@ from typing import Any
 
 import psutil
 
-from bench import fastpaths, floor, ledger, lifecycle, report, snapshot
+from bench import cbt, fastpaths, floor, ledger, lifecycle, report, snapshot
 from bench.harness import GiB, Plugin, Stubs, force_cleanup, leaks, mounts_under
 from bench.stats import summary
 
 KINDS = ("ext4", "xfs", "block")
-SECTIONS = ("fastpaths", "lifecycle", "many", "ledger", "snapshot")
+SECTIONS = ("fastpaths", "lifecycle", "many", "ledger", "snapshot", "group", "cbt")
 TOOLS = ("truncate", "losetup", "mkfs.ext4", "mkfs.xfs", "mount", "umount", "blkid", "rm")
 
 
@@ -208,9 +208,20 @@ def run_suite(args: argparse.Namespace, work: Path, node_id: str) -> dict[str, A
             "(e) a snapshot and clones ...",
             lambda: snapshot.snapshot_and_clones(stubs, work, node_id, plugin.pool_dir),
         )
+        section(
+            "group",
+            "(f) a group snapshot of four mounted volumes ...",
+            lambda: cbt.group_snapshot(stubs, work / "group", node_id),
+        )
     finally:
         stubs.close()
         plugin.stop()
+    # Its own plugins: one on the default pool, one on an xfs reflink pool.
+    section(
+        "cbt",
+        "(g) changed-block tracking: a 10 GiB volume with 100 MiB changed ...",
+        lambda: cbt.changed_blocks(work / "cbt", node_id),
+    )
     log = plugin.log_tail(10**9).splitlines()
     results["plugin_log"] = {
         "warnings": sum(1 for line in log if "level=WARNING" in line),
