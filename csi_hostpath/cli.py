@@ -144,6 +144,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="HOST:PORT (or :PORT) to serve Prometheus metrics on; off if empty",
     )
     serve.add_argument(
+        "--self-publish",
+        action="store_true",
+        help="NodeStage publishes the volume to this node itself and NodeUnstage unpublishes it, "
+        "for a CO that does no attach (CSIDriver attachRequired: false); needs --pool-scope local "
+        "and --mode all",
+    )
+    serve.add_argument(
         "--log-format",
         choices=["text", "json"],
         default="text",
@@ -228,6 +235,13 @@ def setup_logging(level: str, fmt: str = "text") -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
+    if args.self_publish and (args.pool_scope != "local" or args.mode != "all"):
+        # Only a node that is its pool's controller can grant itself a hold; in shared scope the
+        # central ledger must decide between nodes, through the attacher.
+        raise ValueError(
+            "--self-publish needs --pool-scope local and --mode all (the node must be the "
+            "controller of its own pool); drop it, or run the local shape"
+        )
     state_dir = Path(args.state_dir).absolute()
     pool_dir = Path(args.pool_dir).absolute() if args.pool_dir else state_dir / "pool"
     return Config(
@@ -247,6 +261,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         workers=args.workers,
         metrics_address=args.metrics_address,
         log_format=args.log_format,
+        self_publish=args.self_publish,
     )
 
 

@@ -38,6 +38,8 @@ class Config:
     workers: int = 16
     metrics_address: str = ""  # HOST:PORT for Prometheus; "" = no metrics endpoint
     log_format: str = "text"  # "text" (key=value) or "json"
+    # NodeStage takes the node's own hold when the CO does no attach (local scope, mode all only).
+    self_publish: bool = False
 
     @property
     def serves_controller(self) -> bool:

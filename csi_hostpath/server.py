@@ -24,6 +24,7 @@ from csi_hostpath.api.identity import IdentityServicer
 from csi_hostpath.api.liveness import LivenessPool, max_concurrent_rpcs
 from csi_hostpath.api.logging_interceptor import LoggingInterceptor
 from csi_hostpath.api.node import NodeServicer
+from csi_hostpath.api.self_publish import SelfPublish
 from csi_hostpath.api.snapshot_metadata import SnapshotMetadataServicer
 from csi_hostpath.config import Config
 from csi_hostpath.endpoint import claim_endpoint
@@ -183,7 +184,10 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
                 SnapshotMetadataServicer(SnapshotMetadataService(store, layout)), server
             )
         if node is not None:
-            pb_grpc.add_NodeServicer_to_server(NodeServicer(node), server)
+            own = None
+            if controller is not None and config.self_publish:
+                own = SelfPublish(controller, config.node_id)
+            pb_grpc.add_NodeServicer_to_server(NodeServicer(node, own), server)
         # The standard gRPC health service, beside Probe, for probes that speak it.
         health_servicer = health.HealthServicer()
         health_servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)  # until start()

@@ -5,6 +5,7 @@ import grpc
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.api import convert
+from csi_hostpath.api.self_publish import SelfPublish
 from csi_hostpath.api.status import rpc
 from csi_hostpath.core.errors import InvalidRequest
 from csi_hostpath.core.model import AccessType
@@ -22,8 +23,10 @@ Usage = pb.VolumeUsage
 
 
 class NodeServicer(pb_grpc.NodeServicer):
-    def __init__(self, service: NodeService) -> None:
+    def __init__(self, service: NodeService, self_publish: SelfPublish | None = None) -> None:
         self.service = service
+        # Only with --self-publish (no attach in this deployment): the node takes its own hold.
+        self.self_publish = self_publish
 
     @rpc
     def NodeStageVolume(
@@ -34,11 +37,14 @@ class NodeServicer(pb_grpc.NodeServicer):
         if not request.staging_target_path:
             raise InvalidRequest("staging_target_path is required")
         cap = convert.required_capability(request)
+        publish_context = dict(request.publish_context)
+        if self.self_publish is not None:
+            publish_context = self.self_publish.hold(request.volume_id, cap, publish_context)
         self.service.stage(
             request.volume_id,
             request.staging_target_path,
             cap,
-            dict(request.publish_context),
+            publish_context,
             dict(request.volume_context),
         )
         return pb.NodeStageVolumeResponse()
@@ -50,6 +56,8 @@ class NodeServicer(pb_grpc.NodeServicer):
         if not request.volume_id:
             raise InvalidRequest("volume_id is required")
         self.service.unstage(request.volume_id, request.staging_target_path)
+        if self.self_publish is not None:
+            self.self_publish.release(request.volume_id)
         return pb.NodeUnstageVolumeResponse()
 
     @rpc

@@ -1,0 +1,42 @@
+"""The node's own hold on a volume when the CO does no attach (the chart's local shape).
+
+With CSIDriver attachRequired: false, Kubernetes never calls ControllerPublishVolume, but NodeStage
+still needs the fencing generation a publish grants (service/node.py, `_generation`). In local
+scope with the controller service in the same process (--mode all --self-publish), the node asks
+its own controller for that hold at NodeStage and gives it back at NodeUnstage. The ledger and the
+leases stay the one record of who holds what, and the audit names every hold.
+See docs/design.md, "The local shape"."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from csi_hostpath.core.context_keys import GENERATION_KEY
+from csi_hostpath.core.model import Capability
+from csi_hostpath.service.controller import ControllerService
+
+log = logging.getLogger(__name__)
+
+
+class SelfPublish:
+    def __init__(self, controller: ControllerService, node_id: str) -> None:
+        self.controller = controller
+        self.node_id = node_id
+
+    def hold(
+        self, volume_id: str, cap: Capability, publish_context: Mapping[str, str]
+    ) -> dict[str, str]:
+        """The publish_context NodeStage runs with: the CO's, when it carries a generation (an
+        attach did happen), or the one this node's own publish grants. A repeat is idempotent,
+        as ControllerPublishVolume is."""
+        if GENERATION_KEY in publish_context:
+            return dict(publish_context)
+        granted = self.controller.publish(volume_id, self.node_id, cap, False)
+        log.info("self-publish: node %s holds volume %s for NodeStage", self.node_id, volume_id)
+        return {**publish_context, **granted}
+
+    def release(self, volume_id: str) -> None:
+        """After NodeUnstage: give the hold back, so the volume can be deleted."""
+        self.controller.unpublish(volume_id, self.node_id)
+        log.info("self-publish: node %s released volume %s", self.node_id, volume_id)
