@@ -50,3 +50,18 @@ def test_selinux_defaults() -> None:
     off = rendered_case(Case("selinux-off", {"seLinux": {"mount": False, "nodePluginType": ""}}))
     assert off.one("CSIDriver")["spec"]["seLinuxMount"] is False
     assert "securityContext" not in node_pod(off)
+
+
+def test_inline_flags_are_the_clis_own() -> None:
+    """The two flags the chart passes are the driver's (issue 11's guards add them)."""
+    import pytest
+
+    from csi_hostpath.cli import build_parser
+
+    parser = build_parser()
+    probe = ["serve", "--endpoint", "unix:///x.sock", "--allow-inline-volumes"]
+    if parser.parse_known_args(probe)[1]:
+        pytest.skip("the driver has no --allow-inline-volumes yet (the guards change adds it)")
+    args = container(node_pod(rendered_case(INLINE_ON)), "csi-hostpath")["args"]
+    parsed = parser.parse_args([a.replace("$(NODE_ID)", "n1") for a in args])
+    assert parsed.max_inline_size == 256 * 1024**2
