@@ -59,6 +59,16 @@ true
 {{- end -}}
 
 {{/*
+"true" when group snapshots are rendered: snapshots are, group snapshots are asked for, AND the
+cluster serves the group snapshot API.
+*/}}
+{{- define "csi-hostpath.groupSnapshotsEnabled" -}}
+{{- if and (include "csi-hostpath.snapshotsEnabled" .) .Values.snapshots.groups.enabled (.Capabilities.APIVersions.Has "groupsnapshot.storage.k8s.io/v1beta2") -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/*
 Sockets. Inside every pod the driver listens on /csi/csi.sock. In the node pods /csi is the host
 directory below, so the path the kubelet is told (the registration path) is that directory plus
 the socket's file name: one definition for both keeps them from drifting apart.
