@@ -205,7 +205,7 @@ def test_bad_input_gets_a_message_and_an_exit_code(cli: Cli, workdir: Path) -> N
     assert too_big.rc == 5 and "RESOURCE_EXHAUSTED" in too_big.err
 
     bad_size = cli("create", "bad", "--size", "lots", ok=False)
-    assert bad_size.rc == 2 and "is not a quantity like 100Mi" in bad_size.err
+    assert bad_size.rc == 2 and "is not a quantity like" in bad_size.err
 
     # The same under --json: a parseable error document on stdout.
     doc = cli("create", "big", "--size", "100Ti", "--json", ok=False).doc
