@@ -273,3 +273,32 @@ def test_bad_input_gets_a_message_and_an_exit_code(cli: Cli, workdir: Path) -> N
     assert dead.rc == 6 and "nothing answers" in dead.err
 
     assert mounts_under(workdir) == [] and loops_backed_under(workdir) == []
+
+
+def _forget_mounts(run_dir: Path, name: str) -> None:
+    """The records as a `mount` killed -9 after the driver's calls, before its write, leaves
+    them: the volume is staged and bound, and the records know nothing of it."""
+    path = run_dir / "volume-cli" / "records.json"
+    records = json.loads(path.read_text())
+    records["volumes"][name].update(mounts=[], staging_path="", publish_context={})
+    path.write_text(json.dumps(records))
+
+
+def test_a_mount_the_records_lost_is_taken_back_not_refused(cli: Cli, workdir: Path) -> None:
+    run_dir = workdir / "run"
+    mnt = cli.root / "mnt"
+    cli.json("create", "v", "--size", "32Mi")
+    cli.json("mount", "v", str(mnt))
+    (mnt / "kept").write_text("kept")
+
+    _forget_mounts(run_dir, "v")
+    again = cli.json("mount", "v", str(mnt))  # the retry a person makes
+    assert again["path"] == str(mnt)
+    [listed] = cli.json("list")
+    assert listed["mounts"] == [{"path": str(mnt), "readonly": False}]
+
+    _forget_mounts(run_dir, "v")
+    done = cli.json("unmount", str(mnt))
+    assert done["unstaged"] is True and not h.mounted(mnt)
+    assert mounts_under(workdir) == [] and loops_backed_under(workdir) == []
+    cli.json("delete", "v")

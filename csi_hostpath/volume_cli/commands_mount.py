@@ -7,7 +7,9 @@ MountDevice) → NodePublishVolume (kubelet csi_mounter.go SetUpAt); unmount = N
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from contextlib import suppress
+from pathlib import Path
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.volume_cli.client import capability
@@ -15,20 +17,8 @@ from csi_hostpath.volume_cli.commands_volume import release
 from csi_hostpath.volume_cli.context import Context, absolute, volume_named
 from csi_hostpath.volume_cli.errors import BUSY, EXISTS, NOT_FOUND, CliError
 from csi_hostpath.volume_cli.holders import describe
-from csi_hostpath.volume_cli.records import MountRecord, VolumeRecord
-
-
-def mount_source(path: str) -> str | None:
-    """What /proc/self/mountinfo shows mounted at path (the last one wins), or None."""
-    found = None
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields = line.split()
-            point = fields[4].encode().decode("unicode_escape")
-            if point == path:
-                dash = fields.index("-")
-                found = fields[dash + 2]
-    return found
+from csi_hostpath.volume_cli.kernel import loop_volume, mount_source
+from csi_hostpath.volume_cli.records import MountRecord, Records, VolumeRecord
 
 
 def _result(vol: VolumeRecord, m: MountRecord, staging: str) -> dict[str, object]:
@@ -59,7 +49,12 @@ def mount(ctx: Context, args: argparse.Namespace) -> int:
                 f"pick another path, or `csi-hostpath volume unmount {path}` first",
             )
         source = mount_source(path)
-        if source is not None:
+        adopt = source is not None and loop_volume(path) == vol.volume_id
+        if adopt:
+            # This volume is on PATH already, but unrecorded: a mount killed after the driver
+            # bound it. NodePublishVolume again is idempotent; then it is recorded.
+            ctx.out.note(f"{vol.name} is mounted at {path} without a record; recording it")
+        elif source is not None:
             raise CliError(
                 EXISTS,
                 f"{path} is already a mount point ({source} is mounted there)",
@@ -148,10 +143,28 @@ def _stage(ctx: Context, vol: VolumeRecord, cap: pb.VolumeCapability) -> None:
     vol.publish_context = dict(answer.publish_context)
 
 
+def _adopt(
+    records: Records, path: str, staging_dir: Callable[[str], Path]
+) -> tuple[VolumeRecord, MountRecord] | None:
+    """A mount of a recorded volume that the records lost (a `mount` killed after the driver
+    bound it): take it in, so `unmount` can undo it. Never anything else's mount."""
+    volume_id = loop_volume(path)
+    vol = records.volume_by_id(volume_id) if volume_id else None
+    if vol is None:
+        return None
+    record = MountRecord(path=path, readonly=False)
+    vol.mounts.append(record)
+    staging = staging_dir(vol.volume_id)
+    if not vol.staging_path and staging.is_dir():
+        # The staging path is fixed per volume, so a lost record can be found again.
+        vol.staging_path = str(staging)
+    return vol, record
+
+
 def unmount(ctx: Context, args: argparse.Namespace) -> int:
     path = absolute(args.path)
     with ctx.records.locked() as records:
-        held = records.mount_at(path)
+        held = records.mount_at(path) or _adopt(records, path, ctx.records.staging_path)
         if held is None:
             source = mount_source(path)
             detail = (
