@@ -4,13 +4,13 @@ external-snapshotter's sidecar sends it, then waiting until ready_to_use)."""
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.volume_cli.context import Context, volume_named
+from csi_hostpath.volume_cli.copywatch import CopyWatch, allocated
 from csi_hostpath.volume_cli.errors import EXISTS, CliError
 from csi_hostpath.volume_cli.kernel import mount_source
 from csi_hostpath.volume_cli.output import Progress, snapshot_json, table, volume_json
@@ -32,10 +32,7 @@ def _pages(fetch: Callable[[str], Any]) -> Iterator[Any]:
 
 def _allocated(ctx: Context, volume_id: str) -> int | None:
     """The backing file's allocated bytes (st_blocks): what the volume really costs the pool."""
-    try:
-        return os.stat(ctx.places.pool_dir / "volumes" / f"{volume_id}.img").st_blocks * 512
-    except OSError:
-        return None
+    return allocated(ctx.places.pool_dir / "volumes" / f"{volume_id}.img")
 
 
 def list_volumes(ctx: Context, args: argparse.Namespace) -> int:
@@ -149,7 +146,9 @@ def snapshot(ctx: Context, args: argparse.Namespace) -> int:
                 f"pick another name, or `csi-hostpath volume delete {args.snapshot}` first",
             )
         driver = ctx.driver
-        progress = ctx.out.progress(f"snapshotting {vol.name}")
+        pool = ctx.places.pool_dir
+        watch = CopyWatch(pool / "volumes" / f"{vol.volume_id}.img", pool / "snapshots")
+        progress = ctx.out.progress(f"snapshotting {vol.name}", watch.detail)
         try:
             snap = driver.call_waiting(
                 driver.controller.CreateSnapshot,

@@ -11,6 +11,7 @@ from contextlib import suppress
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.volume_cli.client import capability
 from csi_hostpath.volume_cli.context import Context, volume_named
+from csi_hostpath.volume_cli.copywatch import CopyWatch
 from csi_hostpath.volume_cli.errors import BUSY, EXISTS, NOT_FOUND, USAGE, CliError
 from csi_hostpath.volume_cli.output import volume_json
 from csi_hostpath.volume_cli.quantity import format_bytes
@@ -70,8 +71,16 @@ def create(ctx: Context, args: argparse.Namespace) -> int:
         if source is not None:
             request.volume_content_source.CopyFrom(source)
             kind, _, from_name = source_name.partition(":")
+            pool = ctx.places.pool_dir
+            source_file = (
+                pool / "snapshots" / f"{source.snapshot.snapshot_id}.img"
+                if kind == "snapshot"
+                else pool / "volumes" / f"{source.volume.volume_id}.img"
+            )
+            watch = CopyWatch(source_file, pool / "volumes")
             progress = ctx.out.progress(
-                f"restoring {kind} {from_name}" if kind == "snapshot" else f"cloning {from_name}"
+                f"restoring {kind} {from_name}" if kind == "snapshot" else f"cloning {from_name}",
+                watch.detail,
             )
             try:
                 volume = driver.call_waiting(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from csi_hostpath.volume_cli.errors import CliError
@@ -121,8 +121,8 @@ class Output:
             }
             self.out.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
 
-    def progress(self, what: str) -> Progress:
-        return Progress(what, self.err if self.as_json else self.out)
+    def progress(self, what: str, detail: Callable[[], str] | None = None) -> Progress:
+        return Progress(what, self.err if self.as_json else self.out, detail)
 
 
 class Progress:
@@ -130,9 +130,12 @@ class Progress:
 
     FRAMES = "|/-\\"
 
-    def __init__(self, what: str, stream: TextIO) -> None:
+    def __init__(
+        self, what: str, stream: TextIO, detail: Callable[[], str] | None = None
+    ) -> None:
         self.what = what
         self.stream = stream
+        self.detail = detail
         self.enabled = stream.isatty()
         self.frame = 0
         self.shown = False
@@ -141,7 +144,11 @@ class Progress:
         if not self.enabled or elapsed < 0.5:
             return
         self.frame = (self.frame + 1) % len(self.FRAMES)
-        self.stream.write(f"\r{self.FRAMES[self.frame]} {self.what} {elapsed:5.1f}s")
+        extra = self.detail() if self.detail else ""
+        line = f"{self.FRAMES[self.frame]} {self.what} {elapsed:5.1f}s"
+        if extra:
+            line += f"  {extra}"
+        self.stream.write(f"\r{line}\033[K")
         self.stream.flush()
         self.shown = True
 

@@ -14,6 +14,7 @@ import pytest
 from csi_hostpath.cli import build_parser
 from csi_hostpath.volume_cli import errors
 from csi_hostpath.volume_cli.args import places
+from csi_hostpath.volume_cli.copywatch import CopyWatch
 from csi_hostpath.volume_cli.output import (
     ENVELOPE_FIELDS,
     ERROR_FIELDS,
@@ -188,3 +189,20 @@ def test_the_spinner_shows_on_a_terminal_only() -> None:
         p.done()
     assert "snapshotting data   1.5s" in tty.getvalue() and tty.getvalue().endswith("\033[K")
     assert pipe.getvalue() == ""
+
+
+def test_the_spinner_says_how_far_a_copy_in_the_pool_has_got(tmp_path: Path) -> None:
+    source, dest = tmp_path / "volumes" / "vol-1.img", tmp_path / "snapshots"
+    source.parent.mkdir()
+    dest.mkdir()
+    source.write_bytes(b"x" * (1 << 20))
+    watch = CopyWatch(source, dest)
+    assert watch.detail() == "0B of 1Mi (0%)"
+    (dest / "snap-1.img.tmp").write_bytes(b"x" * (1 << 19))
+    (dest / "snap-0.img").write_bytes(b"x" * (1 << 20))  # a finished snapshot does not count
+    assert watch.detail() == "512Ki of 1Mi (50%)"
+    tty = _Tty()
+    p = Progress("snapshotting data", tty, watch.detail)
+    p.tick(2.0)
+    assert "snapshotting data   2.0s  512Ki of 1Mi (50%)" in tty.getvalue()
+    assert CopyWatch(tmp_path / "missing.img", dest).detail() == ""  # no pool: no figure
