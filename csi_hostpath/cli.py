@@ -132,6 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between a node's heartbeats",
     )
     serve.add_argument(
+        "--max-freeze-seconds",
+        type=_positive_float,
+        default=30.0,
+        help="longest a snapshot or clone may hold a filesystem frozen; past it, the filesystem "
+        "is thawed and the snapshot fails ABORTED",
+    )
+    serve.add_argument(
         "--node-grace",
         type=_positive_float,
         default=60.0,
@@ -258,6 +265,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         fence_interval=args.fence_interval,
         heartbeat_interval=args.heartbeat_interval,
         node_grace=args.node_grace,
+        max_freeze_seconds=args.max_freeze_seconds,
         workers=args.workers,
         metrics_address=args.metrics_address,
         log_format=args.log_format,

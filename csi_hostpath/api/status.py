@@ -37,6 +37,7 @@ STATUS_OF: dict[type[Exception], grpc.StatusCode] = {
     errors.OnlineResizeUnavailable: grpc.StatusCode.FAILED_PRECONDITION,
     errors.NotImplementedHere: grpc.StatusCode.UNIMPLEMENTED,
     errors.Busy: grpc.StatusCode.ABORTED,
+    errors.FreezeTimedOut: grpc.StatusCode.ABORTED,
     errors.BadPageToken: grpc.StatusCode.ABORTED,
     NoSpace: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }

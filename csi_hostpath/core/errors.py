@@ -71,6 +71,11 @@ class Busy(DriverError):
     """Another operation on the same volume is in flight (ABORTED; the CO retries)."""
 
 
+class FreezeTimedOut(DriverError):
+    """A filesystem was frozen past --max-freeze-seconds and thawed under the copy, which is
+    therefore not consistent (ABORTED; the CO retries)."""
+
+
 class BadPageToken(DriverError):
     pass
 

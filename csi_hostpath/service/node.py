@@ -49,6 +49,7 @@ from csi_hostpath.core.naming import is_volume_id, loop_tag
 from csi_hostpath.service.guard import InFlight
 from csi_hostpath.service.node_agent import NodeAgent
 from csi_hostpath.service.node_ephemeral import InlineVolumes, ephemeral_volume_id
+from csi_hostpath.service.node_freeze import Freezes
 from csi_hostpath.service.node_mounts import NodeMounts
 from csi_hostpath.service.node_repair import NodeRepair
 from csi_hostpath.service.node_tuning import NodeTuning
@@ -99,6 +100,7 @@ class NodeService:
         )
         self.inline = InlineVolumes(config, store, system, self.mounts, self.inflight)
         self.agent = NodeAgent(config, store, system, layout, self.mounts, self.inflight)
+        self.freezes = Freezes(config.state_dir, system, config.max_freeze_seconds)
         self.repair = NodeRepair(
             self.node_id, store, system, layout, self.mounts, self.inline, self.agent
         )
@@ -117,6 +119,8 @@ class NodeService:
         return self.agent.fence_revoked()
 
     def reconcile(self) -> None:
+        # First: a filesystem a crash left frozen hangs its pod's writes until it is thawed.
+        self.freezes.thaw_recorded()
         self.repair.reconcile()
 
     def start_background(self) -> None:
@@ -161,12 +165,11 @@ class NodeService:
         ):
             yield
             return
-        with self.inflight.hold(volume_id, "snapshot freeze"):
-            self.system.fs.freeze(staged.staging_path)
-            try:
-                yield
-            finally:
-                self.system.fs.thaw(staged.staging_path)
+        with (
+            self.inflight.hold(volume_id, "snapshot freeze"),
+            self.freezes.hold(volume_id, staged.staging_path),
+        ):
+            yield
 
     def _generation(self, volume_id: str, publish_context: Mapping[str, str]) -> int:
         """Check the fencing token the CO hands us against the lease the controller wrote."""
@@ -532,7 +535,13 @@ class NodeService:
                 message=f"volume {volume_id} has no loop device on this node; stage it again",
             )  # fmt: skip
         problem = ""
-        if device.read_only and not access.effective_readonly(staged.access_mode, False):
+        if (frozen := self.freezes.recorded(staged.volume_id)) is not None:
+            problem = (
+                f"the filesystem is frozen for a snapshot or clone (since "
+                f"{time.time() - float(frozen.get('at', 0)):.0f}s, pid {frozen.get('pid')}); "
+                "writes wait until it is thawed"
+            )
+        elif device.read_only and not access.effective_readonly(staged.access_mode, False):
             problem = f"{device.path} is read-only, though the volume is read-write"
         elif kind == AccessType.MOUNT and (errs := self.system.fs.error_count(device.path)):
             problem = (
