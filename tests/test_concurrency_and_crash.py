@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,6 +145,11 @@ def test_kill_9_between_stage_and_publish_then_publish_works(spawn: Any, workdir
     try:
         h.node_publish(client, vol.volume_id, staging, target, cap)
         assert (target / "before-crash").read_text() == "kept"
+        # "serving" is logged just after the server starts answering: wait for the line.
+        for _ in range(200):
+            if handle.log().count(" serving ") >= 2:
+                break
+            time.sleep(0.05)
         after_first_start = handle.log().split(" serving ", 1)[1]
         assert " serving " in after_first_start, "the driver was restarted"
         assert "repair" not in after_first_start, "the kernel state was intact: nothing to repair"

@@ -7,6 +7,7 @@ may be frozen runs in a child process waited on with a timeout, so a hang can't 
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import subprocess
 import sys
@@ -156,7 +157,7 @@ def held_driver(workdir: Path, *extra: str) -> Iterator[tuple[Client, HeldCopy]]
     def held(pool_dir: Path) -> System:
         real = linux_system(pool_dir)
         pools.append(HeldCopy(real.pool))
-        return System(pools[0], real.loop, real.fs, real.mounts, real.devices)  # type: ignore[arg-type]
+        return dataclasses.replace(real, pool=pools[0])  # type: ignore[arg-type]
 
     with in_process(workdir, "held", *extra, system=held) as client:
         try:

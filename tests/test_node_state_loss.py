@@ -49,6 +49,10 @@ def _take_down(node: Any, vol_id: str, staging: Path, target: Path, workdir: Pat
     assert not h.mounted(target)
     h.unstage(node, vol_id, staging)
     assert not h.mounted(staging)
+    # The kernel finishes a detach when udev lets go of the device: wait a moment for it.
+    deadline = time.monotonic() + 10
+    while loops_backed_under(workdir) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not loops_backed_under(workdir), "NodeUnstage detached the adopted device"
 
 
