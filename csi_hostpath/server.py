@@ -39,6 +39,7 @@ from csi_hostpath.service.pool_truth import open_pool
 from csi_hostpath.service.snapshot_metadata import SnapshotMetadataService
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.groups import GroupRecords
+from csi_hostpath.store.headroom import Headroom
 from csi_hostpath.store.mutable import MutableRecords
 from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.base import System
@@ -88,6 +89,7 @@ class Driver:
     started: threading.Event
     metrics_server: Any = None
     pool_claim: Any = None  # store.identity_owner.PoolClaim, held while a controller serves
+    headroom: Headroom | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
 
@@ -122,6 +124,8 @@ class Driver:
             try:
                 if self.controller is not None:
                     self.controller.import_events()
+                if self.headroom is not None:
+                    self.headroom.ensure()  # taken back once a full disk has room again
                 self.check_health()
             except Exception:
                 log.exception("periodic driver pass failed; trying again")
@@ -140,6 +144,8 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
         layout = PoolLayout(config.pool_dir)
         layout.ensure()
         store = Store(config.state_dir / "state.db")
+        headroom = Headroom(config.state_dir)
+        headroom.ensure()
         if system is None:
             from csi_hostpath.system.linux import linux_system
 
@@ -163,21 +169,14 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
             controller.import_events()
 
         metrics = build_metrics(config, store, layout, system)
-        liveness = LivenessPool()
         started = threading.Event()
-        server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="rpc"),
-            # LivenessPool first: the outermost interceptor's handler is the one grpc runs.
-            interceptors=[liveness, LoggingInterceptor(metrics.observe)],
-            options=[("grpc.so_reuseport", 0)],
-            maximum_concurrent_rpcs=max_concurrent_rpcs(config.workers),
-        )
+        liveness, server = _grpc_server(config, metrics)
         pb_grpc.add_IdentityServicer_to_server(IdentityServicer(config, store, started), server)
         if controller is not None:
             modify = ModifyService(store, MutableRecords(layout.root))
             groups = GroupSnapshots(GroupRecords(layout.root), controller, consistency)
             pb_grpc.add_ControllerServicer_to_server(
-                ControllerServicer(controller, modify, groups), server
+                ControllerServicer(controller, modify, groups, headroom), server
             )
             pb_grpc.add_GroupControllerServicer_to_server(GroupControllerServicer(groups), server)
             pb_grpc.add_SnapshotMetadataServicer_to_server(
@@ -187,11 +186,8 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
             own = None
             if controller is not None and config.self_publish:
                 own = SelfPublish(controller, config.node_id)
-            pb_grpc.add_NodeServicer_to_server(NodeServicer(node, own), server)
-        # The standard gRPC health service, beside Probe, for probes that speak it.
-        health_servicer = health.HealthServicer()
-        health_servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)  # until start()
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+            pb_grpc.add_NodeServicer_to_server(NodeServicer(node, own, headroom), server)
+        health_servicer = _health(server)
         _bind(server, config.socket_path)
         driver = Driver(
             config,
@@ -205,6 +201,7 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
             health_servicer,
             liveness,
             started,
+            headroom=headroom,
         )
         driver.pool_claim = claim
     except BaseException:
@@ -215,6 +212,26 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
         lock.close()
         raise
     return driver
+
+
+def _grpc_server(config: Config, metrics: Metrics) -> tuple[LivenessPool, grpc.Server]:
+    liveness = LivenessPool()
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="rpc"),
+        # LivenessPool first: the outermost interceptor's handler is the one grpc runs.
+        interceptors=[liveness, LoggingInterceptor(metrics.observe)],
+        options=[("grpc.so_reuseport", 0)],
+        maximum_concurrent_rpcs=max_concurrent_rpcs(config.workers),
+    )
+    return liveness, server
+
+
+def _health(server: grpc.Server) -> health.HealthServicer:
+    """The standard gRPC health service, beside Probe, for probes that speak it."""
+    servicer = health.HealthServicer()
+    servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)  # until start()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    return servicer
 
 
 def _bind(server: grpc.Server, socket_path: Path) -> None:

@@ -11,6 +11,7 @@ from csi_hostpath.core.errors import InvalidRequest
 from csi_hostpath.service.controller import ControllerService
 from csi_hostpath.service.group_snapshots import GroupSnapshots
 from csi_hostpath.service.modify import ModifyService
+from csi_hostpath.service.teardown import Room, retry_when_full
 
 RPC = pb.ControllerServiceCapability.RPC
 # GET_SNAPSHOT is advertised: the csi-sanity built from csi-test's v5.5.0 changelog knows it and
@@ -40,11 +41,16 @@ def _condition(state: tuple[bool, str]) -> pb.VolumeCondition:
 
 class ControllerServicer(pb_grpc.ControllerServicer):
     def __init__(
-        self, service: ControllerService, modify: ModifyService, groups: GroupSnapshots
+        self,
+        service: ControllerService,
+        modify: ModifyService,
+        groups: GroupSnapshots,
+        room: Room | None = None,
     ) -> None:
         self.service = service
         self.modify = modify
         self.groups = groups
+        self.room = room  # reserved headroom, given back when a teardown finds the disk full
 
     @rpc
     def CreateVolume(
@@ -73,7 +79,7 @@ class ControllerServicer(pb_grpc.ControllerServicer):
     def DeleteVolume(
         self, request: pb.DeleteVolumeRequest, context: grpc.ServicerContext
     ) -> pb.DeleteVolumeResponse:
-        self.service.delete_volume(request.volume_id)
+        retry_when_full(self.room, lambda: self.service.delete_volume(request.volume_id))
         self.modify.deleted(request.volume_id)
         return pb.DeleteVolumeResponse()
 
@@ -95,7 +101,9 @@ class ControllerServicer(pb_grpc.ControllerServicer):
     def ControllerUnpublishVolume(
         self, request: pb.ControllerUnpublishVolumeRequest, context: grpc.ServicerContext
     ) -> pb.ControllerUnpublishVolumeResponse:
-        self.service.unpublish(request.volume_id, request.node_id)
+        retry_when_full(
+            self.room, lambda: self.service.unpublish(request.volume_id, request.node_id)
+        )
         return pb.ControllerUnpublishVolumeResponse()
 
     @rpc

@@ -10,6 +10,7 @@ from csi_hostpath.api.status import rpc
 from csi_hostpath.core.errors import InvalidRequest
 from csi_hostpath.core.model import AccessType
 from csi_hostpath.service.node import NodeService
+from csi_hostpath.service.teardown import Room, retry_when_full
 
 RPC = pb.NodeServiceCapability.RPC
 CAPABILITIES = (
@@ -23,10 +24,16 @@ Usage = pb.VolumeUsage
 
 
 class NodeServicer(pb_grpc.NodeServicer):
-    def __init__(self, service: NodeService, self_publish: SelfPublish | None = None) -> None:
+    def __init__(
+        self,
+        service: NodeService,
+        self_publish: SelfPublish | None = None,
+        room: Room | None = None,
+    ) -> None:
         self.service = service
         # Only with --self-publish (no attach in this deployment): the node takes its own hold.
         self.self_publish = self_publish
+        self.room = room  # reserved headroom, given back when a teardown finds the disk full
 
     @rpc
     def NodeStageVolume(
@@ -55,7 +62,10 @@ class NodeServicer(pb_grpc.NodeServicer):
     ) -> pb.NodeUnstageVolumeResponse:
         if not request.volume_id:
             raise InvalidRequest("volume_id is required")
-        self.service.unstage(request.volume_id, request.staging_target_path)
+        retry_when_full(
+            self.room,
+            lambda: self.service.unstage(request.volume_id, request.staging_target_path),
+        )
         if self.self_publish is not None:
             self.self_publish.release(request.volume_id)
         return pb.NodeUnstageVolumeResponse()
@@ -85,7 +95,9 @@ class NodeServicer(pb_grpc.NodeServicer):
     ) -> pb.NodeUnpublishVolumeResponse:
         if not request.volume_id:
             raise InvalidRequest("volume_id is required")
-        self.service.unpublish(request.volume_id, request.target_path)
+        retry_when_full(
+            self.room, lambda: self.service.unpublish(request.volume_id, request.target_path)
+        )
         return pb.NodeUnpublishVolumeResponse()
 
     @rpc

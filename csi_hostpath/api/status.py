@@ -10,6 +10,7 @@ from typing import Any, NoReturn, TypeVar
 import grpc
 
 from csi_hostpath.core import errors
+from csi_hostpath.core.fullness import is_disk_full
 from csi_hostpath.system.base import CommandError, NoSpace
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,8 @@ def status_of(exc: Exception) -> grpc.StatusCode:
         code = STATUS_OF.get(cls)
         if code is not None:
             return code
+    if is_disk_full(exc):  # ENOSPC, EDQUOT, sqlite's "database or disk is full"
+        return grpc.StatusCode.RESOURCE_EXHAUSTED
     return grpc.StatusCode.INTERNAL
 
 
@@ -79,6 +82,12 @@ def _abort(context: grpc.ServicerContext, name: str, exc: Exception) -> NoReturn
         else:
             log.exception("%s: unexpected failure", name)
             message = f"unexpected {type(exc).__name__}: {exc}"
+    elif is_disk_full(exc) and not isinstance(exc, errors.DriverError):
+        log.error("%s: the disk is full: %s", name, exc)
+        message = (
+            f"the disk is full ({exc}): free space on the filesystem that holds the pool and the "
+            "state directory; teardown RPCs still work and free space"
+        )
     else:
         message = str(exc)
     context.abort(code, message[:4000])

@@ -1,0 +1,28 @@
+"""Teardown works on a full disk: run the use-case, and when it fails because the disk is full,
+give back the reserved headroom and run it once more.
+
+Every teardown use-case (NodeUnpublish, NodeUnstage, ControllerUnpublish, DeleteVolume) does its
+system step before its commit and is idempotent, so the second run finds the system step done and
+needs only the room to commit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol, TypeVar
+
+from csi_hostpath.core.fullness import is_disk_full
+
+T = TypeVar("T")
+
+
+class Room(Protocol):
+    def release(self) -> bool: ...
+
+
+def retry_when_full(room: Room | None, action: Callable[[], T]) -> T:
+    try:
+        return action()
+    except Exception as e:
+        if room is None or not is_disk_full(e) or not room.release():
+            raise
+    return action()
