@@ -18,6 +18,7 @@ from csi_hostpath.core.naming import node_key
 from csi_hostpath.store.db import Store
 from tests import helpers as h
 from tests.kernel import loops_backed_under
+from tests.test_operator_truth import inspect
 
 pytestmark = pytest.mark.real
 
@@ -91,7 +92,7 @@ def test_node_restarted_on_empty_state_keeps_and_readopts_pod_mounts(
 def test_node_restarted_without_records_or_heartbeat_leaves_mounts_in_place(
     spawn: Any, workdir: Path
 ) -> None:
-    handle, node, _, staging, target, data = _restart_on_empty_state(
+    handle, node, vol, staging, target, data = _restart_on_empty_state(
         spawn, workdir, forget_heartbeat=True
     )
     try:
@@ -99,6 +100,8 @@ def test_node_restarted_without_records_or_heartbeat_leaves_mounts_in_place(
         assert (target / "data").read_bytes() == data
         assert "UNCLAIMED VOLUME LEFT IN PLACE" in handle.log()
         assert loops_backed_under(workdir), "the device a pod uses was detached"
+        staged = inspect(workdir, vol.volume_id)["staged"]
+        assert staged["state"] == "stuck" and "left it in place" in staged["reason"], staged
     finally:
         node.close()
 

@@ -151,6 +151,17 @@ def _staged(
     node_grace: float,
     now: float,
 ) -> Phase:
+    unclaimed = [n for n, v in sorted(staged_on.items()) if v.get("unclaimed")]
+    if unclaimed:
+        n, v = unclaimed[0], staged_on[unclaimed[0]]
+        return Phase(
+            "staged",
+            STUCK,
+            f"in use on {n}: {v.get('device')} mounted at {', '.join(v.get('mounts', []))}",
+            f"{n}'s plugin has no record of it and left it in place ({v.get('unclaimed')})",
+            "the CO's NodeUnpublish/NodeUnstage take it down; or unmount and detach it by hand "
+            "once no pod uses it",
+        )
     revoked = [n for n in staged_on if n not in holders]
     if revoked:
         n = revoked[0]
