@@ -286,10 +286,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from csi_hostpath.endpoint import EndpointRefused
         from csi_hostpath.server import StateDirLocked, serve
         from csi_hostpath.store.identity_owner import PoolClaimRefused
+        from csi_hostpath.store.open_state import StateUnreadable
 
         try:
             return serve(config)
-        except (StateDirLocked, EndpointRefused, PoolClaimRefused) as e:
+        except (StateDirLocked, EndpointRefused, PoolClaimRefused, StateUnreadable) as e:
             print(f"csi-hostpath: {e}", file=sys.stderr)
             return 1
     setup_logging("WARNING")

@@ -41,6 +41,7 @@ from csi_hostpath.store.db import Store
 from csi_hostpath.store.groups import GroupRecords
 from csi_hostpath.store.headroom import Headroom
 from csi_hostpath.store.mutable import MutableRecords
+from csi_hostpath.store.open_state import open_store
 from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.base import System
 
@@ -143,7 +144,7 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
     try:
         layout = PoolLayout(config.pool_dir)
         layout.ensure()
-        store = Store(config.state_dir / "state.db")
+        store = open_store(config.state_dir / "state.db", config.pool_dir)
         headroom = Headroom(config.state_dir)
         headroom.ensure()
         if system is None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from csi_hostpath.config import Config, PoolScope
 from csi_hostpath.core import access, ledger
+from csi_hostpath.core.capacity import POOL_RESERVE_BYTES, refuse_below_reserve
 from csi_hostpath.core.context_keys import (
     ACCESS_TYPE_KEY,
     FS_TYPE_KEY,
@@ -154,6 +155,7 @@ class ControllerService:
                     )
                 # With no size asked for, a restore or clone is as large as its source.
                 size = max(size, source_size) if required_bytes else source_size
+            refuse_below_reserve(self.system.pool.free_bytes(), "CreateVolume")
             if size > self.system.pool.free_bytes():
                 raise NoCapacity(
                     f"the pool has {self.system.pool.free_bytes()} bytes free, less than the "
@@ -341,6 +343,7 @@ class ControllerService:
                 created_at=time.time(),
             )
             dest = self.layout.snapshot_file(snapshot.snapshot_id)
+            refuse_below_reserve(self.system.pool.free_bytes(), "CreateSnapshot")
             body = identity.snapshot_identity(snapshot, volume.fs_type)
             try:
                 with making(self.system.pool, dest, body) as stamp:
@@ -421,8 +424,10 @@ class ControllerService:
             )
             path = self.layout.volume_file(volume_id)
             grow_by = size - (self.system.pool.size(path) or 0)
-            if grow_by > self.system.pool.free_bytes():
-                raise NoCapacity(f"the pool has less than the {grow_by} bytes this growth needs")
+            if grow_by > self.system.pool.free_bytes() - POOL_RESERVE_BYTES:  # spec: OUT_OF_RANGE
+                raise CapacityOutOfRange(
+                    f"the pool has less than the {grow_by} bytes this growth needs"
+                )
             self.system.pool.grow(path, size)
             # The identity follows the size first: the file never says less than the record.
             grown = identity.volume_identity(volume)

@@ -1,0 +1,31 @@
+"""Open the state database, or say which file is broken and how to rebuild it.
+
+A corrupt state.db used to end the daemon with a raw sqlite traceback that named no file. The
+pool is the truth (each backing file carries its identity), so the next step is always the same:
+move the broken file aside and rebuild the index from the pool."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from csi_hostpath.core.fullness import is_disk_full
+from csi_hostpath.store.db import Store
+from csi_hostpath.store.identity_owner import rebuild_command
+
+
+class StateUnreadable(RuntimeError):
+    """state.db exists but sqlite can't use it (corrupt, truncated, not a database)."""
+
+
+def open_store(db_path: Path, pool_dir: Path) -> Store:
+    try:
+        return Store(db_path)
+    except sqlite3.DatabaseError as e:
+        if is_disk_full(e):
+            raise
+        raise StateUnreadable(
+            f"the state database {db_path} is unreadable ({e}). The pool still holds every "
+            f"volume: move the file aside and rebuild the index from the pool: "
+            f"mv {db_path} {db_path}.corrupt && {rebuild_command(db_path.parent, pool_dir)}"
+        ) from e
