@@ -80,6 +80,8 @@ KNOWN_PLUGIN_SERVICES = {
     "CONTROLLER_SERVICE",
     "VOLUME_ACCESSIBILITY_CONSTRAINTS",
     "GROUP_CONTROLLER_SERVICE",
+    # CSI 1.10 added it; the driver serves SnapshotMetadata on the same socket.
+    "SNAPSHOT_METADATA_SERVICE",
 }
 KNOWN_EXPANSION_MODES = {"ONLINE", "OFFLINE"}
 # csi-sanity's pattern for plugin names: a letter, then letters, digits, '-', '.', '_' (and, as
