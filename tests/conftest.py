@@ -31,6 +31,11 @@ def workdir() -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def _mounted_in_mountinfo(path: Path) -> bool:
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == str(path) for line in f)
+
+
 @dataclass
 class Client:
     """Stubs on one channel to a driver's socket."""
@@ -41,6 +46,19 @@ class Client:
     controller: Any = field(init=False)
     node: Any = field(init=False)
     controller_group: Any = field(init=False)
+    # The FakeKernel behind the driver when it runs on the fake system layer, None on the real
+    # one: tests that look at the kernel (is this path mounted?) ask the layer that serves them.
+    kernel: Any = None
+
+    @property
+    def on_fake(self) -> bool:
+        return self.kernel is not None
+
+    def mounted(self, path: Path) -> bool:
+        """Is something mounted at path, on the layer this driver runs on?"""
+        if self.kernel is None:
+            return _mounted_in_mountinfo(path)
+        return any(m.entry.mount_point == os.path.realpath(path) for m in self.kernel.mounts)
 
     def __post_init__(self) -> None:
         from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
@@ -159,6 +177,7 @@ def in_process(
     name: str,
     *extra: str,
     system: Callable[[Path], Any] | None = None,
+    kernel: Any = None,
 ) -> Iterator[Client]:
     """A driver served from this process on a temporary unix socket: `serve` arguments as the
     CLI parses them, and optionally another system layer, built from the pool directory."""
@@ -170,7 +189,7 @@ def in_process(
     )
     drv = build_driver(config, system=system(config.pool_dir) if system else None)
     start(drv)
-    client = Client(config.socket_path)
+    client = Client(config.socket_path, kernel=kernel)
     try:
         yield client
     finally:
@@ -193,5 +212,24 @@ def fake_driver(workdir: Path) -> Iterator[Client]:
 
     with in_process(
         workdir, "f", system=lambda pool: fake_system(pool, capacity_bytes=64 << 20)
+    ) as client:
+        yield client
+
+
+@pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.real)])
+def layered_driver(request: pytest.FixtureRequest, workdir: Path) -> Iterator[Client]:
+    """The same in-process driver (mode all, local scope, pool of the default size) on each
+    system layer in turn: the fake one (no root, runs in `make unit`) and the real one (loop
+    devices and mounts, marked real). A table of RPC rules written against this fixture runs
+    on both; a check that needs the real kernel asks `client.on_fake` and skips there."""
+    if request.param == "real":
+        with in_process(workdir, "drv") as client:
+            yield client
+        return
+    from csi_hostpath.system.fake import FakeKernel, fake_system
+
+    kernel = FakeKernel()
+    with in_process(
+        workdir, "drv", system=lambda pool: fake_system(pool, kernel=kernel), kernel=kernel
     ) as client:
         yield client
