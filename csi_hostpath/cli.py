@@ -82,6 +82,22 @@ def _add_state_command(sub: Any) -> None:
     )
 
 
+def _add_capacity_args(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument(
+        "--max-volume-size",
+        type=_size,
+        default=0,
+        help="largest volume, in bytes or as a quantity like 10Gi (0: as large as the pool)",
+    )
+    serve.add_argument(
+        "--overcommit-ratio",
+        type=_positive_float,
+        default=1.0,
+        help="sizes of all volumes may reach this many times the pool's room (default 1.0: "
+        "never promise a byte the pool can't write); finite, above 0",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="csi-hostpath",
@@ -106,12 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.ALL.value)
     serve.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME)
-    serve.add_argument(
-        "--max-volume-size",
-        type=_size,
-        default=0,
-        help="largest volume, in bytes or as a quantity like 10Gi (0: as large as the pool)",
-    )
+    _add_capacity_args(serve)
     serve.add_argument(
         "--max-volumes-per-node",
         type=_non_negative_int,
@@ -260,6 +271,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         mode=Mode(args.mode),
         driver_name=args.driver_name,
         max_volume_size=args.max_volume_size,
+        overcommit_ratio=args.overcommit_ratio,
         max_volumes_per_node=args.max_volumes_per_node,
         log_level=args.log_level,
         fence_interval=args.fence_interval,

@@ -2,9 +2,16 @@
 
 A thin pool fills as volumes are written, and the default layout puts state.db on the same
 filesystem. CreateVolume, CreateSnapshot and expansion are refused while the pool has less than
-the reserve free; teardown (which only frees space) is never refused."""
+the reserve free; teardown (which only frees space) is never refused.
+
+What the pool can still promise (GetCapacity, and the check CreateVolume makes) is decided here
+too, from numbers the service measured: no I/O in this module."""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from csi_hostpath.core.errors import NoCapacity
 
@@ -16,4 +23,57 @@ def refuse_below_reserve(free_bytes: int, action: str, reserve: int = POOL_RESER
         raise NoCapacity(
             f"the pool has {free_bytes} bytes free, below the {reserve} bytes kept so teardown "
             f"always has room; {action} is refused. Delete volumes or snapshots, or grow the pool"
+        )
+
+
+# ----- thin capacity: what the pool can still promise -----
+DEFAULT_OVERCOMMIT_RATIO = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """One sparse volume as the capacity rule sees it: its size and what it has written."""
+
+    size_bytes: int
+    allocated_bytes: int
+
+    @property
+    def may_grow(self) -> int:
+        """What the volume may still take from the pool (an allocation past the size, from
+        filesystem metadata blocks, promises nothing more)."""
+        return max(0, self.size_bytes - self.allocated_bytes)
+
+
+def check_ratio(ratio: float) -> float:
+    """The overcommit ratio: finite and above zero (below 1.0 keeps a margin unpromised)."""
+    if not math.isfinite(ratio) or ratio <= 0:
+        raise ValueError(f"the overcommit ratio must be a finite number above 0, not {ratio!r}")
+    return ratio
+
+
+def promisable(
+    free_bytes: int,
+    volumes: Iterable[Held],
+    ratio: float = DEFAULT_OVERCOMMIT_RATIO,
+    reserve: int = POOL_RESERVE_BYTES,
+) -> int:
+    """Bytes that a new volume may still be promised.
+
+    The pool's room for volumes is its free space plus what volumes have already written; the
+    sizes of all volumes never exceed that room times the ratio. With the ratio at 1.0 this is
+    the free space minus what the existing sparse volumes may still grow into, so a thin pool
+    never promises a byte it can't write. The reserve stays unpromised (teardown's room)."""
+    check_ratio(ratio)
+    held = list(volumes)
+    room = max(0, free_bytes - reserve) + sum(min(v.allocated_bytes, v.size_bytes) for v in held)
+    promised = sum(v.size_bytes for v in held)
+    return max(0, math.floor(room * ratio) - promised)
+
+
+def refuse_unpromisable(size_bytes: int, available: int, ratio: float) -> None:
+    if size_bytes > available:
+        raise NoCapacity(
+            f"the pool can promise {available} more bytes (free space, minus what existing thin "
+            f"volumes may still grow into, times --overcommit-ratio {ratio:g}); "
+            f"{size_bytes} bytes were asked for"
         )

@@ -32,13 +32,18 @@ from csi_hostpath.core.errors import (
     NodeNotFound,
     SnapshotNotFound,
     StillPublished,
-    TopologyUnsatisfiable,
     Unsupported,
     VolumeNotFound,
 )
 from csi_hostpath.core.model import Capability, ContentSource, Publication, Snapshot, Volume
 from csi_hostpath.core.naming import is_snapshot_id, is_volume_id, new_snapshot_id, new_volume_id
 from csi_hostpath.service.guard import InFlight
+from csi_hostpath.service.placement import (
+    Capacity,
+    TopologyRequirement,
+    choose_segment,
+    serves,
+)
 from csi_hostpath.service.pool_truth import discard, making
 from csi_hostpath.store import identity
 from csi_hostpath.store.db import Store
@@ -46,12 +51,6 @@ from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.base import NoSpace, System
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class TopologyRequirement:
-    requisite: Sequence[Mapping[str, str]] = ()
-    preferred: Sequence[Mapping[str, str]] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +83,7 @@ class ControllerService:
         # Freezes a volume's filesystem while it is copied, when the volume is staged on this
         # same process's node (mode all); elsewhere a copy is crash-consistent at best.
         self.consistency = consistency or (lambda volume_id: nullcontext())
+        self.capacity = Capacity(config, store, system, layout)
 
     # ----- helpers -----
     def _topology(self, volume: Volume) -> list[dict[str, str]]:
@@ -100,20 +100,6 @@ class ControllerService:
         if volume is None:
             raise VolumeNotFound(f"volume {volume_id!r} does not exist")
         return volume
-
-    def _check_topology(self, requirement: TopologyRequirement | None) -> None:
-        """In local scope a volume can only live on this controller's node."""
-        if requirement is None or self.config.pool_scope == PoolScope.SHARED:
-            return
-        if not requirement.requisite and not requirement.preferred:
-            return
-        mine = {self.config.topology_key: self.config.node_id}
-        candidates = list(requirement.requisite) or list(requirement.preferred)
-        if requirement.requisite and not any(dict(t) == mine for t in candidates):
-            raise TopologyUnsatisfiable(
-                f"this pool is local to node {self.config.node_id!r}; the requisite topology "
-                f"{[dict(t) for t in candidates]} does not include it"
-            )
 
     # ----- volumes -----
     def create_volume(
@@ -144,7 +130,7 @@ class ControllerService:
                 )
                 # The row is committed only after the file exists, so a match is complete.
                 return self.created(existing)
-            self._check_topology(topology)
+            choose_segment(self.config, topology)
             source_file: Path | None = None
             if content_source is not None:
                 source_file, source_size = self._content_source(content_source, fs_type)
@@ -156,11 +142,6 @@ class ControllerService:
                 # With no size asked for, a restore or clone is as large as its source.
                 size = max(size, source_size) if required_bytes else source_size
             refuse_below_reserve(self.system.pool.free_bytes(), "CreateVolume")
-            if size > self.system.pool.free_bytes():
-                raise NoCapacity(
-                    f"the pool has {self.system.pool.free_bytes()} bytes free, less than the "
-                    f"{size} bytes asked for"
-                )
             volume = Volume(
                 volume_id=new_volume_id(),
                 name=name,
@@ -175,7 +156,10 @@ class ControllerService:
             path = self.layout.volume_file(volume.volume_id)
             try:
                 # The file carries its identity before the record commits (the pool is the truth).
-                with making(self.system.pool, path, identity.volume_identity(volume)) as stamp:
+                with (
+                    self.capacity.promise(name, size),
+                    making(self.system.pool, path, identity.volume_identity(volume)) as stamp,
+                ):
                     if source_file is None:
                         self.system.pool.create(path, size)
                     else:
@@ -291,16 +275,10 @@ class ControllerService:
         return True, ""
 
     def get_capacity(self, topology: Mapping[str, str] | None = None) -> tuple[int, int]:
-        """(available bytes, maximum volume size) of the pool, for a topology segment."""
-        if (
-            topology
-            and self.config.pool_scope == PoolScope.LOCAL
-            and dict(topology) != {self.config.topology_key: self.config.node_id}
-        ):
+        """(bytes still promisable, maximum volume size) of the pool, for a topology segment."""
+        if topology and not serves(self.config, topology):
             return 0, 0  # this pool can't place volumes in another node's segment
-        free = self.system.pool.free_bytes()
-        maximum = min(free, self.config.max_volume_size) if self.config.max_volume_size else free
-        return free, maximum
+        return self.capacity.available()
 
     def list_volumes(self, starting_token: str, max_entries: int) -> tuple[list[ListedVolume], str]:
         if max_entries < 0:

@@ -1,0 +1,102 @@
+"""Where a new volume may go, and whether the pool can still promise its size.
+
+Topology follows the spec's order (CSI v1.12 "CreateVolume", TopologyRequirement): the preferred
+segments first, in order, then the requisite ones. A local pool serves exactly one segment, its
+own node's; a shared pool serves every node, so it names none. A request that names segments
+but not this pool's is RESOURCE_EXHAUSTED, the code external-provisioner reschedules on
+(pkg/controller/controller.go: checkError, ResourceExhausted with a selected node ->
+ProvisioningReschedule, so the scheduler picks another node).
+
+Capacity: the thin-pool rule lives in core/capacity.py; this module measures its inputs (the
+pool's free space, every volume's size and allocation) and keeps concurrent CreateVolume calls
+from promising the same bytes twice.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from csi_hostpath.config import Config, PoolScope
+from csi_hostpath.core.capacity import Held, promisable, refuse_unpromisable
+from csi_hostpath.core.errors import TopologyUnsatisfiable
+from csi_hostpath.store.db import Store
+from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.system.base import System
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyRequirement:
+    requisite: Sequence[Mapping[str, str]] = ()
+    preferred: Sequence[Mapping[str, str]] = ()
+
+
+def serves(config: Config, segment: Mapping[str, str]) -> bool:
+    """Whether this pool can place a volume in the segment (a local pool: its own node's only)."""
+    if config.pool_scope == PoolScope.SHARED:
+        return True
+    return segment.get(config.topology_key) == config.node_id
+
+
+def choose_segment(config: Config, requirement: TopologyRequirement | None) -> None:
+    """Accept the request's topology if this pool serves one of its segments, tried preferred
+    first and in order, then requisite; refuse it (RESOURCE_EXHAUSTED) otherwise."""
+    if requirement is None or config.pool_scope == PoolScope.SHARED:
+        return
+    ordered = [*requirement.preferred, *requirement.requisite]
+    if not ordered or any(serves(config, t) for t in ordered):
+        return
+    raise TopologyUnsatisfiable(
+        f"this pool is local to node {config.node_id!r} and can't serve the topology asked "
+        f"for (preferred {[dict(t) for t in requirement.preferred]}, requisite "
+        f"{[dict(t) for t in requirement.requisite]}); the provisioner should reschedule to "
+        "one of those nodes"
+    )
+
+
+@dataclass
+class Capacity:
+    """The pool's promise book: measured on each call, serialised for the create path."""
+
+    config: Config
+    store: Store
+    system: System
+    layout: PoolLayout
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    # CreateVolume name -> the size promised while its file exists but its row does not yet
+    _pending: dict[str, int] = field(default_factory=dict)
+
+    def _held(self) -> list[Held]:
+        pool = self.system.pool
+        held = [
+            Held(v.capacity_bytes, pool.allocated(self.layout.volume_file(v.volume_id)))
+            for v in self.store.all_volumes()
+        ]
+        # A volume being created is promised before its row exists; its file may have written
+        # nothing yet.
+        held += [Held(size, 0) for size in self._pending.values()]
+        return held
+
+    def available(self) -> tuple[int, int]:
+        """(bytes still promisable, the largest volume that can be made now)."""
+        available = promisable(
+            self.system.pool.free_bytes(), self._held(), self.config.overcommit_ratio
+        )
+        limit = self.config.max_volume_size
+        return available, min(available, limit) if limit else available
+
+    @contextmanager
+    def promise(self, name: str, size_bytes: int) -> Iterator[None]:
+        """Promise size_bytes to the volume being created, for as long as its row is not yet
+        committed; NoCapacity (RESOURCE_EXHAUSTED) when the pool can't promise it."""
+        with self._lock:
+            available, _ = self.available()
+            refuse_unpromisable(size_bytes, available, self.config.overcommit_ratio)
+            self._pending[name] = size_bytes
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._pending.pop(name, None)
