@@ -32,6 +32,7 @@ STATUS_OF: dict[type[Exception], grpc.StatusCode] = {
     errors.GenerationRevoked: grpc.StatusCode.FAILED_PRECONDITION,
     errors.WrongAccessForVolume: grpc.StatusCode.FAILED_PRECONDITION,
     errors.NodeAlive: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.NodeSilent: grpc.StatusCode.FAILED_PRECONDITION,
     errors.NotReady: grpc.StatusCode.FAILED_PRECONDITION,
     errors.TargetBusy: grpc.StatusCode.FAILED_PRECONDITION,
     errors.ForeignMount: grpc.StatusCode.FAILED_PRECONDITION,

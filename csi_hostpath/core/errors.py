@@ -84,6 +84,11 @@ class NodeAlive(DriverError):
     """Force-detach refused: the holder still heartbeats, so it may still be writing."""
 
 
+class NodeSilent(DriverError):
+    """A new hold refused: the node's heartbeat is older than the grace period. A node that
+    may have been force-detached must not be handed the volume back by a retry."""
+
+
 class NotReady(DriverError):
     """Probe: the plugin can't serve (a tool, device or the store is missing)."""
 

@@ -19,6 +19,7 @@ from csi_hostpath.core.access import (
 from csi_hostpath.core.errors import (
     Incompatible,
     NodeAlive,
+    NodeSilent,
     NodeVolumeLimit,
     PublishedElsewhere,
     Unsupported,
@@ -60,9 +61,13 @@ def decide_publish(
     max_volumes_per_node: int,
     current_generation: int,
     now: float,
+    *,
+    heartbeat_age: float = 0.0,
+    node_grace: float = math.inf,
 ) -> PublishDecision:
     """Decide a ControllerPublishVolume. holders are the volume's rows; node_publication_count
-    counts the rows the node holds for *other* volumes."""
+    counts the rows the node holds for *other* volumes; heartbeat_age is how long the node has
+    been silent, against node_grace."""
     if cap.access_type not in {c.access_type for c in volume.capabilities}:
         raise Unsupported(
             f"volume {volume.volume_id} was created for "
@@ -87,6 +92,11 @@ def decide_publish(
             f"{held.access_mode.name}/{held.access_type.value}/"
             f"{'ro' if held.readonly else 'rw'}; unpublish it before publishing it differently"
         )
+    # Only a hold the node still has is repeated for a silent node. external-attacher's
+    # ReconcileVA (pkg/controller/csi_handler.go) re-requests every VolumeAttachment that
+    # ListVolumes no longer shows as published, and a stale VolumeAttachment of a frozen node
+    # outlives its force-detach: a new hold for a silent node would undo the force-detach.
+    _check_not_silent(volume.volume_id, node_id, heartbeat_age, node_grace)
 
     others = [h for h in holders if h.node_id != node_id]
     if others:
@@ -108,6 +118,16 @@ def decide_publish(
             published_at=now,
         )
     )
+
+
+def _check_not_silent(volume_id: str, node_id: str, age: float, grace: float) -> None:
+    if age >= grace:
+        raise NodeSilent(
+            f"node {node_id!r} has sent no heartbeat for {age:.0f}s, longer than the "
+            f"{grace:.0f}s grace period (--node-grace): it may be gone or force-detached, so it "
+            f"gets no new hold on volume {volume_id}. A node that comes back beats again "
+            "within its heartbeat interval, and a retry then succeeds"
+        )
 
 
 def _check_sharing(
@@ -163,6 +183,41 @@ def decide_force_detach(
             f"the {node_grace:.0f}s grace period: it may still be writing to volume "
             f"{publication.volume_id}. Wait, or pass --i-accept-data-loss if you know it is gone"
         )
+
+
+FORCED_UNPUBLISH = "revoke"
+
+
+def classify_unpublish(
+    publication: Publication, heartbeat_age: float | None, staged_there: bool, node_grace: float
+) -> tuple[str, str]:
+    """(audit action, reason) for a ControllerUnpublishVolume that removes this row.
+
+    Kubernetes detaches after the kubelet unstaged, unless it forces the detach: the
+    attach-detach controller's reconciler (pkg/controller/volume/attachdetach/reconciler,
+    reconcile) detaches a volume still mounted on a node after maxWaitForUnmountDuration (6
+    minutes) when the node is unhealthy, and at once when the node carries the
+    node.kubernetes.io/out-of-service taint. Both arrive here as a plain ControllerUnpublish. A
+    silent node, or one whose heartbeat still lists the volume as staged, is therefore being
+    force-detached: the row is revoked, as `ledger force-detach` revokes it, and the node fences
+    itself when it next reads its lease."""
+    silent = heartbeat_age is None or not heartbeat_age < node_grace
+    if not silent and not staged_there:
+        return "unpublish", ""
+    why = []
+    if silent:
+        why.append(
+            "has never sent a heartbeat"
+            if heartbeat_age is None
+            else f"has been silent for {heartbeat_age:.0f}s (grace {node_grace:.0f}s)"
+        )
+    if staged_there:
+        why.append("still lists the volume as staged in its heartbeat")
+    return FORCED_UNPUBLISH, (
+        f"ControllerUnpublishVolume without NodeUnstage: node {publication.node_id!r} "
+        f"{' and '.join(why)}; Kubernetes force-detached it (out-of-service taint, or "
+        f"the 6-minute maxWaitForUnmountDuration); generation {publication.generation} revoked"
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ from csi_hostpath.service.placement import (
     serves,
 )
 from csi_hostpath.service.pool_truth import discard, making
+from csi_hostpath.service.revocation import Revocations
 from csi_hostpath.store import identity
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout
@@ -454,11 +455,13 @@ class ControllerService:
         access.check_capability(cap)
         if not is_volume_id(volume_id):
             raise VolumeNotFound(f"volume {volume_id!r} does not exist")
-        if self.layout.heartbeat(node_id) is None:
+        beat = self.layout.heartbeat(node_id)
+        if beat is None:
             raise NodeNotFound(
                 f"node {node_id!r} has never sent a heartbeat to pool {self.layout.root}; is its "
                 "node plugin running with this pool?"
             )
+        silent_for = beat.age()
         with self.inflight.hold(volume_id, "ControllerPublishVolume"):
 
             def decide(
@@ -474,6 +477,8 @@ class ControllerService:
                     self.config.max_volumes_per_node,
                     generation,
                     time.time(),
+                    heartbeat_age=silent_for,
+                    node_grace=self.config.node_grace,
                 )
 
             decision = self.store.publish(volume_id, node_id, decide, actor="controller")
@@ -503,10 +508,16 @@ class ControllerService:
         if not is_volume_id(volume_id):
             return
         with self.inflight.hold(volume_id, "ControllerUnpublishVolume"):
-            removed = self.store.unpublish(volume_id, node_id, actor="controller")
+            revocations = Revocations(self.layout.heartbeats(), volume_id, self.config.node_grace)
+            removed = self.store.unpublish(
+                volume_id, node_id, actor="controller", classify=revocations
+            )
             if self.store.get_volume(volume_id) is not None:
                 self.write_lease(volume_id)
             for p in removed:
+                if p.node_id in revocations.revoked:
+                    log.warning("REVOKED %s: %s", volume_id, revocations.revoked[p.node_id])
+                    continue
                 log.info(
                     "unpublished %s from node %s (generation %d)",
                     volume_id,

@@ -312,9 +312,16 @@ class Store:
             return decision
 
     def unpublish(
-        self, volume_id: str, node_id: str, actor: str, action: str = "unpublish", reason: str = ""
+        self,
+        volume_id: str,
+        node_id: str,
+        actor: str,
+        action: str = "unpublish",
+        reason: str = "",
+        classify: Callable[[Publication], tuple[str, str]] | None = None,
     ) -> list[Publication]:
-        """Remove the rows for node_id ("" = every node); return what was removed."""
+        """Remove the rows for node_id ("" = every node); return what was removed. classify(row)
+        names each row's audit (action, reason), where one call may revoke some rows."""
         with self._tx() as db:
             if node_id:
                 rows = db.execute(
@@ -331,7 +338,8 @@ class Store:
                     "DELETE FROM publications WHERE volume_id=? AND node_id=?",
                     (p.volume_id, p.node_id),
                 )
-                self._audit(db, actor, action, p.volume_id, p.node_id, p.generation, reason)
+                what, why = classify(p) if classify else (action, reason)
+                self._audit(db, actor, what, p.volume_id, p.node_id, p.generation, why)
             return removed
 
     def force_detach(

@@ -193,3 +193,100 @@ def test_revocation() -> None:
     assert ledger.grants(lease, "node-b", 5)
     assert not ledger.grants(lease, "node-b", 4)
     assert not ledger.grants(None, "node-b", 5), "staging needs a lease that says so"
+
+
+# A node's silence against the grace period (60 s here). Kubernetes' external-attacher re-requests
+# every VolumeAttachment that ListVolumes no longer shows (ReconcileVA in
+# pkg/controller/csi_handler.go), so a silent node must get no NEW hold, or a force-detach is
+# undone within one --reconcile-sync; a hold it still has is repeated as before.
+SILENT = "FAILED_PRECONDITION (names the silence)"
+#  heartbeat age  node holds it   outcome
+SILENCE_TABLE: list[tuple[float, bool, str]] = [
+    (0.0,          False,          OK),
+    (59.0,         False,          OK),
+    (60.0,         False,          SILENT),
+    (400.0,        False,          SILENT),   # past the attach-detach controller's 6 minutes
+    (0.0,          True,           SAME_CONTEXT),
+    (400.0,        True,           SAME_CONTEXT),  # idempotent: nothing new is granted
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("age", "holds", "expected"),
+    SILENCE_TABLE,
+    ids=[f"age{r[0]:.0f}-{'holds' if r[1] else 'new'}" for r in SILENCE_TABLE],
+)
+def test_a_silent_node_gets_no_new_hold(age: float, holds: bool, expected: str) -> None:
+    cap = Capability(MOUNT, M.SINGLE_NODE_WRITER)
+    held = Publication(VOLUME_ID, "node-a", M.SINGLE_NODE_WRITER, MOUNT, False, 1, 100.0)
+    try:
+        decision = ledger.decide_publish(
+            _volume(MOUNT),
+            "node-a",
+            cap,
+            False,
+            [held] if holds else [],
+            0,
+            0,
+            1,
+            200.0,
+            heartbeat_age=age,
+            node_grace=60.0,
+        )
+    except errors.NodeSilent as e:
+        assert "node-a" in str(e) and f"{age:.0f}s" in str(e) and "grace" in str(e), e
+        outcome = SILENT
+    else:
+        outcome = SAME_CONTEXT if isinstance(decision, ledger.AlreadyPublished) else OK
+    assert outcome == expected
+
+
+def test_a_silent_node_is_refused_before_a_holder_elsewhere_is_named() -> None:
+    """The silence is the first thing to say: a retry can't succeed until the node beats."""
+    other = Publication(VOLUME_ID, "node-b", M.SINGLE_NODE_WRITER, MOUNT, False, 2, 100.0)
+    with pytest.raises(errors.NodeSilent, match="node-a"):
+        ledger.decide_publish(
+            _volume(MOUNT),
+            "node-a",
+            Capability(MOUNT, M.SINGLE_NODE_WRITER),
+            False,
+            [other],
+            0,
+            0,
+            2,
+            200.0,
+            heartbeat_age=90.0,
+            node_grace=60.0,
+        )
+
+
+# A ControllerUnpublishVolume removes node-a's row. After the kubelet's NodeUnstage the node is
+# alive and lists nothing: a plain unpublish. Otherwise it is Kubernetes' own force-detach (the
+# attach-detach controller's 6-minute maxWaitForUnmountDuration on an unhealthy node, or the
+# out-of-service taint), audited as a revocation.
+#  heartbeat age  staged there  action
+UNPUBLISH_TABLE: list[tuple[float | None, bool, str]] = [
+    (1.0,          False,        "unpublish"),
+    (1.0,          True,         "revoke"),   # alive, never unstaged: out-of-service taint
+    (400.0,        False,        "revoke"),   # silent: its unstage can't be known
+    (400.0,        True,         "revoke"),   # the 6-minute force-detach of a frozen node
+    (None,         False,        "revoke"),   # never heard of
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("age", "staged", "action"),
+    UNPUBLISH_TABLE,
+    ids=[f"age{r[0]}-{'staged' if r[1] else 'unstaged'}" for r in UNPUBLISH_TABLE],
+)
+def test_unpublish_without_unstage_is_a_revocation(
+    age: float | None, staged: bool, action: str
+) -> None:
+    held = Publication(VOLUME_ID, "node-a", M.SINGLE_NODE_WRITER, MOUNT, False, 7, 100.0)
+    got, reason = ledger.classify_unpublish(held, age, staged, 60.0)
+    assert got == action
+    if action == "revoke":
+        assert "node-a" in reason and "generation 7" in reason and "NodeUnstage" in reason
+        assert ("staged" in reason) == staged
+    else:
+        assert reason == ""
