@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from csi_hostpath import __version__
-from csi_hostpath.config import DEFAULT_DRIVER_NAME, Config, Mode, PoolScope
+from csi_hostpath.config import (
+    DEFAULT_DRIVER_NAME,
+    DEFAULT_MAX_INLINE_SIZE,
+    Config,
+    Mode,
+    PoolScope,
+)
 
 DEFAULT_STATE_DIR = "/var/lib/csi-hostpath"
 
@@ -30,6 +36,13 @@ def _size(text: str) -> int:
         return parse_bytes(text)
     except QuantityError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive_size(text: str) -> int:
+    size = _size(text)
+    if size <= 0:
+        raise argparse.ArgumentTypeError(f"must be a size > 0, got {text!r}")
+    return size
 
 
 def _positive_float(text: str) -> float:
@@ -67,6 +80,29 @@ def _add_state_args(p: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         help="directory holding the backing files (default STATE_DIR/pool)",
+    )
+
+
+def _add_node_policy_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--self-publish",
+        action="store_true",
+        help="NodeStage publishes the volume to this node itself and NodeUnstage unpublishes it, "
+        "for a CO that does no attach (CSIDriver attachRequired: false); needs --pool-scope local "
+        "and --mode all",
+    )
+    p.add_argument(
+        "--allow-inline-volumes",
+        action="store_true",
+        help="serve CSI inline ephemeral volumes (off by default: any pod author could take "
+        "node disk outside every quota); each is a file in the pool, capped by --max-inline-size",
+    )
+    p.add_argument(
+        "--max-inline-size",
+        type=_positive_size,
+        default=DEFAULT_MAX_INLINE_SIZE,
+        help="largest inline ephemeral volume, in bytes or as a quantity like 1Gi "
+        f"(default {DEFAULT_MAX_INLINE_SIZE})",
     )
 
 
@@ -161,13 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         help="HOST:PORT (or :PORT) to serve Prometheus metrics on; off if empty",
     )
-    serve.add_argument(
-        "--self-publish",
-        action="store_true",
-        help="NodeStage publishes the volume to this node itself and NodeUnstage unpublishes it, "
-        "for a CO that does no attach (CSIDriver attachRequired: false); needs --pool-scope local "
-        "and --mode all",
-    )
+    _add_node_policy_args(serve)
     serve.add_argument(
         "--log-format",
         choices=["text", "json"],
@@ -282,6 +312,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
         metrics_address=args.metrics_address,
         log_format=args.log_format,
         self_publish=args.self_publish,
+        allow_inline_volumes=args.allow_inline_volumes,
+        max_inline_size=args.max_inline_size,
     )
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_DRIVER_NAME = "loop.hostpath.csi.dev"
+DEFAULT_MAX_INLINE_SIZE = 1 << 30  # the chart's inline.maxSize default
 
 
 class Mode(enum.Enum):
@@ -42,6 +43,10 @@ class Config:
     log_format: str = "text"  # "text" (key=value) or "json"
     # NodeStage takes the node's own hold when the CO does no attach (local scope, mode all only).
     self_publish: bool = False
+    # Inline ephemeral volumes escape every quota (any pod author can ask for one), so they are
+    # opt-in, and each is capped.
+    allow_inline_volumes: bool = False
+    max_inline_size: int = DEFAULT_MAX_INLINE_SIZE
 
     @property
     def serves_controller(self) -> bool:

@@ -39,12 +39,17 @@ def loops_backed_under(root: Path) -> list[str]:
 
 
 def cleanup_kernel(root: Path) -> None:
+    # Found before anything is unmounted: a backing file on a filesystem mounted below root
+    # (a test's small tmpfs pool) no longer shows under root once that mount is detached.
+    before = loops_backed_under(root)
     for _ in range(3):
         points = sorted(mounts_under(root), key=len, reverse=True)
         for point in points:
             subprocess.run(["umount", "-l", point], capture_output=True, check=False)
         if not mounts_under(root):
             break
+    for dev in before:
+        subprocess.run(["losetup", "-d", dev], capture_output=True, check=False)
     for _ in range(50):
         devices = loops_backed_under(root)
         if not devices:

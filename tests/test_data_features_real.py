@@ -14,7 +14,7 @@ import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
 from tests import helpers as h
-from tests.conftest import Client
+from tests.conftest import Client, in_process
 from tests.kernel import loops_backed_under
 from tests.needs import needs_fs
 
@@ -289,7 +289,12 @@ def test_health_reports_a_deleted_backing_file(driver: Client, mount: Any, workd
     assert listed[0].status.volume_condition.abnormal
 
 
-def test_inline_ephemeral_volume_lives_and_dies_with_its_pod(driver: Client, workdir: Path) -> None:
+def test_inline_ephemeral_volume_lives_and_dies_with_its_pod(workdir: Path) -> None:
+    with in_process(workdir, "drv", "--allow-inline-volumes") as driver:
+        _inline_lifecycle(driver, workdir)
+
+
+def _inline_lifecycle(driver: Client, workdir: Path) -> None:
     cap = h.mount_cap("ext4")
     target = workdir / "pods" / "p1" / "volumes" / "inline"
     kubelet_id = "csi-" + "f" * 64
@@ -317,3 +322,4 @@ def test_inline_ephemeral_volume_lives_and_dies_with_its_pod(driver: Client, wor
     assert not target.exists()
     assert not loops_backed_under(workdir)
     assert not list((workdir / "drv-state" / "ephemeral").iterdir())
+    assert not list((workdir / "drv-state" / "pool" / "inline").rglob("*.img"))

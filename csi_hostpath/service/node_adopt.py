@@ -65,7 +65,11 @@ class NodeAdopt:
         self.store = store
         self.system = system
         self.mounts = mounts
-        self.owned_prefixes = (f"{pool_volumes}/", f"{mounts.ephemeral_dir}/")
+        self.owned_prefixes = (
+            f"{pool_volumes}/",
+            f"{mounts.inline_dir}/",
+            f"{mounts.ephemeral_dir}/",  # inline files made before they moved to the pool
+        )
         # Volume ID -> what was left in place and why; the heartbeat reports it (the agent's).
         self.unclaimed = unclaimed
 

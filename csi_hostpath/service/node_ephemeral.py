@@ -7,11 +7,19 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from csi_hostpath.config import Config
 from csi_hostpath.core import access, quantity
+from csi_hostpath.core.capacity import POOL_RESERVE_BYTES
 from csi_hostpath.core.context_keys import EPHEMERAL_SIZE_KEY, FS_TYPE_KEY
-from csi_hostpath.core.errors import Incompatible, InvalidRequest, NoCapacity
+from csi_hostpath.core.errors import (
+    CapacityOutOfRange,
+    Incompatible,
+    InvalidRequest,
+    NoCapacity,
+    Unsupported,
+)
 from csi_hostpath.core.model import AccessType, Capability, NodeStaging
 from csi_hostpath.core.naming import loop_tag
 from csi_hostpath.service.guard import InFlight
@@ -66,6 +74,12 @@ class InlineVolumes:
     ) -> None:
         """An inline ephemeral volume lives and dies with its pod: create, format and mount it
         here, with no controller and no ledger (it is never shared)."""
+        if not self.config.allow_inline_volumes:
+            raise Unsupported(
+                "inline ephemeral volumes are off on this node: they take node disk outside every "
+                "quota. Start the driver with --allow-inline-volumes (and --max-inline-size) to "
+                "serve them, or use a PersistentVolumeClaim"
+            )
         if cap.access_type != AccessType.MOUNT:
             raise InvalidRequest("inline ephemeral volumes are filesystem volumes only")
         if len(kubelet_volume_id.encode()) > 1024 or "\x00" in kubelet_volume_id:
@@ -74,16 +88,27 @@ class InlineVolumes:
         fs_type = cap.fs_type or volume_context.get(FS_TYPE_KEY, "") or access.DEFAULT_FS_TYPE
         if fs_type not in access.SUPPORTED_FS_TYPES:
             raise InvalidRequest(f"fs_type {fs_type!r} is not supported")
+        cap_bytes = self.config.max_inline_size
         wanted = volume_context.get(EPHEMERAL_SIZE_KEY, "")
-        size = parse_size(wanted) if wanted else EPHEMERAL_DEFAULT_SIZE
+        size = parse_size(wanted) if wanted else min(EPHEMERAL_DEFAULT_SIZE, cap_bytes)
         size = access.round_capacity(size, 0, fs_type, self.config.max_volume_size)
-        free = self.system.pool.free_bytes()
+        if size > cap_bytes:
+            raise CapacityOutOfRange(
+                f"an inline volume of {size} bytes exceeds this node's --max-inline-size of "
+                f"{cap_bytes} bytes; ask for less, or use a PersistentVolumeClaim"
+            )
+        # The file goes into the pool (mounts.inline_dir), so the pool's filesystem is the one
+        # that must hold it, less the reserve that keeps teardown possible on a full pool.
+        free = self.system.pool.free_bytes() - POOL_RESERVE_BYTES
         if size > free:
-            # Judged against the pool's filesystem, which the state directory usually shares.
-            raise NoCapacity(f"an inline volume of {size} bytes can't fit: {free} bytes free")
+            raise NoCapacity(
+                f"an inline volume of {size} bytes can't fit in the pool: {max(free, 0)} bytes "
+                f"free beyond the {POOL_RESERVE_BYTES} bytes kept for teardown"
+            )
         with self.inflight.hold(volume_id, "NodePublishVolume (ephemeral)"):
             self.ephemeral_dir.mkdir(parents=True, exist_ok=True)
-            backing = self.ephemeral_dir / f"{volume_id}.img"
+            self.mounts.inline_dir.mkdir(parents=True, exist_ok=True)
+            backing = self.mounts.inline_file(volume_id)
             staging = str(self.ephemeral_dir / f"{volume_id}.mnt")
             staged = self.store.get_staging(volume_id)
             if staged is None:
@@ -118,9 +143,13 @@ class InlineVolumes:
     def sweep(self, stagings: dict[str, NodeStaging]) -> None:
         """Inline volumes a crash left before their record was written: nothing else would ever
         remove them. Their loop devices, if any, go with the untracked ones just below."""
-        if not self.ephemeral_dir.is_dir():
-            return
-        for path in sorted(self.ephemeral_dir.iterdir()):
+        # The state directory held inline files before they moved to the pool.
+        for directory in (self.mounts.inline_dir, self.ephemeral_dir):
+            if directory.is_dir():
+                self._sweep_dir(directory, stagings)
+
+    def _sweep_dir(self, directory: Path, stagings: dict[str, NodeStaging]) -> None:
+        for path in sorted(directory.iterdir()):
             volume_id = path.name.split(".", 1)[0]
             if path.suffix in (".img", ".tmp") and volume_id not in stagings:
                 if self.system.loop.find(loop_tag(self.node_id, volume_id)) is not None:

@@ -18,7 +18,7 @@ from csi_hostpath.core.errors import (
     WrongAccessForVolume,
 )
 from csi_hostpath.core.model import AccessType, Capability, NodeStaging
-from csi_hostpath.core.naming import loop_tag
+from csi_hostpath.core.naming import loop_tag, node_key
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.base import CommandError, LoopDevice, MountEntry, System
@@ -39,16 +39,24 @@ class NodeMounts:
         self.store = store
         self.system = system
         self.layout = layout
-        # Inline ephemeral volumes belong to this node alone, so they live in its state
-        # directory, where no controller's reconcile can mistake them for orphans.
+        # Inline ephemeral volumes belong to this node alone. Their mount points live in its
+        # state directory (they hold no bytes); their files live in the pool, in a directory of
+        # this node's own that no controller's reconcile reads. A file beside state.db let any
+        # pod fill the filesystem that the store must commit to (issue 11 case 4).
         self.ephemeral_dir = ephemeral_dir
+        self.inline_dir = layout.root / "inline" / node_key(node_id)
 
     def is_ephemeral(self, staging_path: str) -> bool:
         return staging_path.startswith(str(self.ephemeral_dir) + "/")
 
+    def inline_file(self, volume_id: str) -> Path:
+        return self.inline_dir / f"{volume_id}.img"
+
     def backing_for(self, s: NodeStaging) -> Path:
         if self.is_ephemeral(s.staging_path):
-            return self.ephemeral_dir / f"{s.volume_id}.img"
+            path = self.inline_file(s.volume_id)
+            legacy = self.ephemeral_dir / f"{s.volume_id}.img"  # made before files moved
+            return legacy if not path.exists() and legacy.exists() else path
         return self.layout.volume_file(s.volume_id)
 
     @staticmethod

@@ -236,7 +236,10 @@ def target() -> Iterator[Target]:
     node_id = f"fuzz-{uuid.uuid4().hex[:8]}"
     # Its own mount namespace too: whatever a request makes it mount stays away from the host.
     handle = DriverProcess(
-        driver_args(root, "drv", node_id=node_id), root / "drv.sock", root / "drv.log", UNSHARE
+        driver_args(root, "drv", "--allow-inline-volumes", node_id=node_id),
+        root / "drv.sock",
+        root / "drv.log",
+        UNSHARE,
     )
     client: Client | None = None
     try:

@@ -88,7 +88,10 @@ def test_stage_with_a_mount_flag_mount_refuses_is_invalid_and_leaks_nothing(
     assert (code, leaked) == (C.INVALID_ARGUMENT, [])
 
 
-def test_inline_volume_of_impossible_size_is_refused_cleanly(drv: Client, workdir: Path) -> None:
+def test_inline_volume_of_impossible_size_is_refused_cleanly(
+    spawn: Any, workdir: Path, node_id: str
+) -> None:
+    _handle, drv = spawn("drv", "--allow-inline-volumes", node_id=node_id)
     request = pb.NodePublishVolumeRequest(
         volume_id="csi-inline-huge",
         target_path=str(workdir / "pod" / "mount"),
@@ -96,8 +99,12 @@ def test_inline_volume_of_impossible_size_is_refused_cleanly(drv: Client, workdi
         volume_context={"csi.storage.k8s.io/ephemeral": "true", "size": "9" * 20 + "Ti"},
     )
     code = _code(lambda: drv.node.NodePublishVolume(request))
-    ephemeral = workdir / "drv-state" / "ephemeral"
-    left = os.listdir(ephemeral) if ephemeral.exists() else []
+    left = [
+        name
+        for d in (workdir / "drv-state" / "ephemeral", workdir / "drv-state" / "pool" / "inline")
+        for _, _, names in os.walk(d)
+        for name in names
+    ]
     assert code in (C.OUT_OF_RANGE, C.INVALID_ARGUMENT, C.RESOURCE_EXHAUSTED) and not left, (
         code,
         left,
