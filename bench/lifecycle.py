@@ -46,6 +46,18 @@ class Volume:
     node_published: bool = False
 
 
+def stepper(steps: dict[str, float]) -> Callable[[str, Callable[[], object]], object]:
+    """step(rpc, call): makes the call and records its seconds in steps[rpc]."""
+
+    def step(rpc: str, call: Callable[[], object]) -> object:
+        start = time.perf_counter()
+        result = call()
+        steps[rpc] = time.perf_counter() - start
+        return result
+
+    return step
+
+
 def lifecycle(
     stubs: Stubs, work: Path, node_id: str, kind: str, name: str, size: int
 ) -> dict[str, float]:
@@ -56,13 +68,7 @@ def lifecycle(
     target = work / "pods" / name / ("dev" if kind == "block" else "mount")
     vol = Volume(staging=staging, target=target)
     steps: dict[str, float] = {}
-
-    def step(rpc: str, call: Callable[[], object]) -> object:
-        start = time.perf_counter()
-        result = call()
-        steps[rpc] = time.perf_counter() - start
-        return result
-
+    step = stepper(steps)
     try:
         created = step(
             "CreateVolume", lambda: stubs.controller.CreateVolume(rq.create_volume(name, cap, size))

@@ -16,6 +16,15 @@ LEDGER_MAX_RATIO = 3.0
 PUBLISHES_PER_SECOND = 300.0
 SNAPSHOT_SECONDS = 1.0
 IDLE_RSS_BYTES = 80 * MB
+SCALE_MAX_GROWTH = 1.3
+SCALE_RESTART_SECONDS = 2.0
+SCALE_CALLS = (
+    "ControllerPublishVolume",
+    "NodeStageVolume",
+    "NodePublishVolume",
+    "NodeUnpublishVolume",
+    "NodeUnstageVolume",
+)
 
 _FLOOR_STEPS = {
     "ext4": "truncate → losetup → mkfs.ext4 → mount → umount → losetup -d → rm",
@@ -272,6 +281,37 @@ def _breakdown(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _scale_rows(table: _Table, results: dict[str, Any]) -> None:
+    data = results.get("scale")
+    if not data or not data.get("levels"):
+        return
+    levels = sorted(data["levels"], key=int)
+    low, high = levels[0], levels[-1]
+    for rpc in SCALE_CALLS:
+        p50 = {n: data["levels"][n]["calls"][rpc]["p50_ms"] for n in levels}
+        growth = ratio(p50[high], p50[low])
+        table.add(
+            "h",
+            f"{rpc} p50 with {' / '.join(levels)} ext4 volumes staged",
+            " / ".join(_ms(p50[n]) for n in levels) + f" (**{growth:.2f}x** at {high})",
+            f"p50 at {high} ≤ {SCALE_MAX_GROWTH}x p50 at {low}",
+            _verdict(growth <= SCALE_MAX_GROWTH),
+        )
+    mount = data.get("mount", {}).get("p50_ms", math.nan)
+    table.add("h", "mount(2) of an ext4 loop device, called directly", f"p50 {_ms(mount)}")
+    for n in levels:
+        seconds = data["levels"][n]["restart_seconds"]
+        budget = SCALE_RESTART_SECONDS + int(n) * mount / 1000.0
+        target = f"≤ {SCALE_RESTART_SECONDS:.0f} s + {n} x mount(2) = {budget:.2f} s"
+        table.add(
+            "h",
+            f"restart until Probe is ready, {n} staged",
+            f"{seconds:.2f} s",
+            target if n == high else "",
+            _verdict(seconds <= budget) if n == high else "",
+        )
+
+
 def markdown(results: dict[str, Any]) -> str:
     meta = results["meta"]
     table = _Table()
@@ -282,6 +322,7 @@ def markdown(results: dict[str, Any]) -> str:
     _snapshot_rows(table, results)
     _group_and_cbt_rows(table, results)
     _rss_rows(table, results)
+    _scale_rows(table, results)
     plugin_log = results.get("plugin_log")
     if plugin_log:
         table.add(

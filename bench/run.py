@@ -22,12 +22,12 @@ from typing import Any
 
 import psutil
 
-from bench import cbt, fastpaths, floor, ledger, lifecycle, report, snapshot
+from bench import cbt, fastpaths, floor, ledger, lifecycle, report, scale, snapshot
 from bench.harness import GiB, Plugin, Stubs, force_cleanup, leaks, mounts_under
 from bench.stats import summary
 
 KINDS = ("ext4", "xfs", "block")
-SECTIONS = ("fastpaths", "lifecycle", "many", "ledger", "snapshot", "group", "cbt")
+SECTIONS = ("fastpaths", "lifecycle", "many", "ledger", "snapshot", "group", "cbt", "scale")
 TOOLS = ("truncate", "losetup", "mkfs.ext4", "mkfs.xfs", "mount", "umount", "blkid", "rm")
 
 
@@ -41,6 +41,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ledger-rounds", type=int, default=300, help="latency rounds in (d)")
     parser.add_argument("--clients", type=int, default=8, help="concurrent clients in (d)")
     parser.add_argument("--per-client", type=int, default=100, help="publishes per client (d)")
+    parser.add_argument(
+        "--scale-levels",
+        default=",".join(str(n) for n in scale.LEVELS),
+        help="staged volume counts for (h), comma-separated",
+    )
+    parser.add_argument("--scale-samples", type=int, default=20, help="rounds per level in (h)")
+    parser.add_argument("--scale-size-gib", type=int, default=1, help="volume size for (h)")
     parser.add_argument(
         "--only",
         default=",".join(SECTIONS),
@@ -222,6 +229,17 @@ def run_suite(args: argparse.Namespace, work: Path, node_id: str) -> dict[str, A
         "(g) changed-block tracking: a 10 GiB volume with 100 MiB changed ...",
         lambda: cbt.changed_blocks(work / "cbt", node_id),
     )
+    section(
+        "scale",
+        f"(h) node calls and restart with {args.scale_levels} volumes staged ...",
+        lambda: scale.scale(
+            work / "scale",
+            node_id,
+            tuple(int(n) for n in args.scale_levels.split(",")),
+            args.scale_samples,
+            args.scale_size_gib * GiB,
+        ),
+    )
     log = plugin.log_tail(10**9).splitlines()
     results["plugin_log"] = {
         "warnings": sum(1 for line in log if "level=WARNING" in line),
@@ -281,9 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         end = leaks(work, node_id, [work])
         # state.db, the plugin log and the like are the run's own bookkeeping, not leaks.
-        state = str(work / "plugin")
-        files = [f for f in end.files if not f.startswith(state + "/")]
-        kept = [f"{state}/state/pool/{d}/" for d in ("volumes", "snapshots", "leases")]
+        states = tuple(str(p) + "/" for p in (work / "plugin", work / "scale" / "plugin"))
+        files = [f for f in end.files if not f.startswith(states)]
+        kept = [f"{s}state/pool/{d}/" for s in states for d in ("volumes", "snapshots", "leases")]
         pool_files = [f for f in end.files if f.startswith(tuple(kept))]
         results["leaks_end"] = {
             "loop_devices": len(end.loops),

@@ -7,13 +7,15 @@
 BENCH_OUT ?= bench-results
 # Extra arguments for python -m bench, e.g. BENCH_ARGS='--samples 100 --volumes 200'.
 BENCH_ARGS ?=
+# One section (or several, comma-separated) alone, e.g. SECTION=scale; default all.
+SECTION ?=
 # The workload bench-profile samples: ext4, xfs, block (lifecycles) or ledger.
 SCENARIO ?= ext4
 
 .PHONY: bench bench-profile
 
 bench: install  ## run the benchmark suite (root): writes bench-results/bench.md and bench.json
-	$(PY) -m bench --out $(BENCH_OUT) $(BENCH_ARGS)
+	$(PY) -m bench --out $(BENCH_OUT) $(if $(SECTION),--only $(SECTION)) $(BENCH_ARGS)
 
 bench-profile: install  ## py-spy profile of the plugin under one workload (SCENARIO=ext4|xfs|block|ledger)
 	$(PY) -m pip install -q py-spy
