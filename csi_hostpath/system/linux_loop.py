@@ -13,7 +13,6 @@ import stat
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from csi_hostpath.system.base import LoopDevice
@@ -28,6 +27,7 @@ LOOP_SET_CAPACITY = 0x4C07
 LOOP_CONFIGURE = 0x4C0A
 LOOP_CTL_GET_FREE = 0x4C82
 LO_FLAGS_READ_ONLY = 1
+LO_FLAGS_AUTOCLEAR = 4
 LO_FLAGS_DIRECT_IO = 16
 BLKROSET = 0x125D
 BLKGETSIZE64 = 0x80081272
@@ -43,6 +43,7 @@ assert LOOP_INFO64.size == _LOOP_INFO64_SIZE, LOOP_INFO64.size
 assert _LOOP_CONFIG_HEAD.size + LOOP_INFO64.size + len(_LOOP_CONFIG_RESERVED) == _LOOP_CONFIG_SIZE
 _LO_NAME_SIZE = 64
 _LO_FILE_NAME_INDEX = 9  # position of lo_file_name in the unpacked loop_info64
+_LO_FLAGS_INDEX = 8  # and of lo_flags
 
 LOOP_CONTROL = "/dev/loop-control"
 SYS_BLOCK = "/sys/block"
@@ -55,10 +56,72 @@ _ATTACH_ATTEMPTS = 16
 # devtmpfs creates /dev/loopN when the kernel adds the disk, which can trail LOOP_CTL_GET_FREE.
 _NODE_WAIT_SECONDS = 2.0
 _NODE_POLL_SECONDS = 0.005
+# A device detached while something still holds it open (a mount, or just another thread's
+# LOOP_GET_STATUS64) stays bound, tag and all, with autoclear set until that last close. Attach
+# waits this long for such a device to go rather than hand out one that is about to vanish.
+_RUNDOWN_WAIT_SECONDS = 0.5
 
-# Serialises "find by tag, else attach" within this process, so two threads attaching one tag
-# can't both miss the find and attach the file twice.
-_ATTACH_LOCK = threading.Lock()
+# "find by tag, else attach" for one tag runs under that tag's stripe, so two threads attaching
+# one tag can't both miss the find and attach the file twice, while attaches of other tags go on.
+_TAG_LOCKS = tuple(threading.Lock() for _ in range(64))
+# Held only across LOOP_CTL_GET_FREE .. LOOP_CONFIGURE, so this process's threads don't all draw
+# the same free device and collide in EBUSY; other processes still can, and the retry handles it.
+_FREE_LOCK = threading.Lock()
+
+
+class _TagIndex:
+    """tag → index of the loop device carrying it, for every device of this process's kernel
+    that carries a tag, built by one scan of /sys/block on first use and kept by attach and
+    detach since. A hit is checked with one LOOP_GET_STATUS64 on that device before it is used
+    (someone else may have detached it, or reused the number), so a stale entry costs one ioctl
+    and is dropped. Nothing is ever removed by a scan, only added: a scan racing an attach could
+    otherwise forget the new device, and a miss is believed without a scan (no full scan on the
+    request path). One index per process: every LinuxLoop shares it, as they share the kernel.
+
+    What it does not see: a device another process tags after the first scan. The tags carry
+    the node ID, and one node ID has one node plugin at a time; its restart scans again."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tags: dict[str, int] | None = None
+
+    def _scanned(self) -> dict[str, int]:
+        if self._tags is None:
+            found: dict[str, int] = {}
+            for index in _configured_loop_indices():
+                tag = _read_tag(f"/dev/loop{index}")
+                if tag:
+                    found.setdefault(tag, index)
+            self._tags = found
+        return self._tags
+
+    def get(self, tag: str) -> int | None:
+        with self._lock:
+            return self._scanned().get(tag)
+
+    def put(self, tag: str, index: int) -> None:
+        with self._lock:
+            self._scanned()[tag] = index
+
+    def merge(self, seen: dict[str, int]) -> None:
+        """What a full scan saw, added where the index has nothing for the tag."""
+        with self._lock:
+            tags = self._scanned()
+            for tag, index in seen.items():
+                tags.setdefault(tag, index)
+
+    def drop(self, tag: str, index: int) -> None:
+        with self._lock:
+            if self._scanned().get(tag) == index:
+                del self._scanned()[tag]
+
+
+_INDEX = _TagIndex()
+
+
+def _tag_lock(tag: str) -> threading.Lock:
+    return _TAG_LOCKS[hash(tag) % len(_TAG_LOCKS)]
+
 
 # --- small helpers -------------------------------------------------------------------------------
 
@@ -110,8 +173,8 @@ def _open_loop(device: str, mode: int) -> int | None:
         raise
 
 
-def _read_tag(device: str) -> str | None:
-    """lo_file_name of a configured device; None when it is not (or no longer) configured."""
+def _read_status(device: str) -> tuple[str, int] | None:
+    """(lo_file_name, lo_flags) of a configured device; None when it is not (or no longer)."""
     fd = _open_loop(device, os.O_RDONLY)
     if fd is None:
         return None
@@ -125,9 +188,16 @@ def _read_tag(device: str) -> str | None:
             raise
     finally:
         os.close(fd)
-    name = LOOP_INFO64.unpack(bytes(buf))[_LO_FILE_NAME_INDEX]
-    assert isinstance(name, bytes)
-    return name.split(b"\0", 1)[0].decode("utf-8", errors="replace")
+    fields = LOOP_INFO64.unpack(bytes(buf))
+    name, flags = fields[_LO_FILE_NAME_INDEX], fields[_LO_FLAGS_INDEX]
+    assert isinstance(name, bytes) and isinstance(flags, int)
+    return name.split(b"\0", 1)[0].decode("utf-8", errors="replace"), flags
+
+
+def _read_tag(device: str) -> str | None:
+    """lo_file_name of a configured device; None when it is not (or no longer) configured."""
+    status = _read_status(device)
+    return None if status is None else status[0]
 
 
 def _configured_loop_indices() -> list[int]:
@@ -197,17 +267,14 @@ def _configure(device: str, backing_fd: int, flags: int, name: bytes) -> bool:
 
 
 class LinuxLoop:
-    def __init__(self) -> None:
-        # tag → index of the device last seen carrying it. find() asks that one device first
-        # instead of opening every loop device on the host; the answer is checked on every use
-        # (the device must carry the tag right now), so a stale hint only costs the full scan.
-        self._hints: dict[str, int] = {}
+    """Loop devices by tag. find() costs one LOOP_GET_STATUS64 and three sysfs reads whatever
+    the number of devices on the host (the tag index above); list() scans them all."""
 
     def attach(self, backing_file: Path, tag: str, *, read_only: bool = False) -> LoopDevice:
         name = encode_tag(tag)
         flags = LO_FLAGS_READ_ONLY if read_only else 0
-        with _ATTACH_LOCK:
-            existing = self.find(tag)
+        with _tag_lock(tag):
+            existing = self._existing(tag)
             if existing is not None:
                 return existing
             mode = os.O_RDONLY if read_only else os.O_RDWR
@@ -216,17 +283,19 @@ class LinuxLoop:
                 control = os.open(LOOP_CONTROL, os.O_RDWR | os.O_CLOEXEC)
                 try:
                     for _ in range(_ATTACH_ATTEMPTS):
-                        index = fcntl.ioctl(control, LOOP_CTL_GET_FREE)
-                        device = f"/dev/loop{index}"
-                        _wait_for_node(device)
-                        if not _configure(device, backing_fd, flags, name):
+                        with _FREE_LOCK:
+                            index = fcntl.ioctl(control, LOOP_CTL_GET_FREE)
+                            device = f"/dev/loop{index}"
+                            _wait_for_node(device)
+                            configured = _configure(device, backing_fd, flags, name)
+                        if not configured:
                             log.debug("%s was taken by someone else; asking for another", device)
                             continue
+                        _INDEX.put(tag, index)
                         described = _describe(index, tag)
                         if described is None:
                             raise OSError(errno.ENXIO, "detached right after attach", device)
                         log.info("attached %s to %s as %r", backing_file, device, tag)
-                        self._hints[tag] = index
                         return described
                 finally:
                     os.close(control)
@@ -234,36 +303,56 @@ class LinuxLoop:
                 os.close(backing_fd)
         raise OSError(errno.EBUSY, f"no free loop device after {_ATTACH_ATTEMPTS} attempts")
 
-    def find(self, tag: str) -> LoopDevice | None:
-        hint = self._hints.get(tag)
-        if hint is not None:
-            if _read_tag(f"/dev/loop{hint}") == tag:
-                hinted = _describe(hint, tag)
-                if hinted is not None:
-                    return hinted
-            self._hints.pop(tag, None)
-        for device in self._devices(lambda candidate: candidate == tag):
-            self._hints[tag] = loop_index(device.path)
-            return device
+    def _existing(self, tag: str) -> LoopDevice | None:
+        """The device carrying tag for attach to reuse; one in rundown is waited for."""
+        deadline = time.monotonic() + _RUNDOWN_WAIT_SECONDS
+        while True:
+            found = self._lookup(tag)
+            if found is None:
+                return None
+            device, flags = found
+            if not flags & LO_FLAGS_AUTOCLEAR or time.monotonic() >= deadline:
+                return device
+            time.sleep(_NODE_POLL_SECONDS)
+
+    def _lookup(self, tag: str) -> tuple[LoopDevice, int] | None:
+        index = _INDEX.get(tag)
+        if index is None:
+            return None
+        status = _read_status(f"/dev/loop{index}")
+        if status is not None and status[0] == tag:
+            found = _describe(index, tag)
+            if found is not None:
+                return found, status[1]
+        _INDEX.drop(tag, index)
         return None
 
-    def list(self, tag_prefix: str = "") -> list[LoopDevice]:
-        return list(self._devices(lambda candidate: candidate.startswith(tag_prefix)))
+    def find(self, tag: str) -> LoopDevice | None:
+        found = self._lookup(tag)
+        return None if found is None else found[0]
 
-    def _devices(self, wanted: Callable[[str], bool]) -> Iterator[LoopDevice]:
+    def list(self, tag_prefix: str = "") -> list[LoopDevice]:
+        """Every device whose tag starts with tag_prefix: one scan of all loop devices, which
+        also refreshes the tag index (reconcile at start calls this)."""
+        devices: list[LoopDevice] = []
+        seen: dict[str, int] = {}
         for index in _configured_loop_indices():
             tag = _read_tag(f"/dev/loop{index}")
-            if tag is None or not wanted(tag):
+            if not tag:
+                continue
+            seen.setdefault(tag, index)
+            if not tag.startswith(tag_prefix):
                 continue
             device = _describe(index, tag)
             if device is not None:
-                yield device
+                devices.append(device)
+        _INDEX.merge(seen)
+        return devices
 
     def detach(self, device: str) -> None:
+        # The index keeps its entry: a device still mounted only gets autoclear and carries its
+        # tag until the last user closes it, and find() must still see it until then.
         index = loop_index(device)
-        for tag, hinted in list(self._hints.items()):
-            if hinted == index:
-                self._hints.pop(tag, None)
         fd = _open_loop(device, os.O_RDONLY)
         if fd is None:
             return  # gone, or already being released

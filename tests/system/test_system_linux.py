@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from csi_hostpath.system import linux_loop
 from csi_hostpath.system.linux import (
     LO_FLAGS_DIRECT_IO,
     LOOP_CONFIGURE,
@@ -105,6 +106,32 @@ def test_attach_retries_when_the_free_device_was_taken(
     device = real_loop.attach(_sparse(work_dir, "vol"), tag_prefix + "vol")
     assert busy == [0]
     assert real_loop.find(tag_prefix + "vol") == device
+
+
+@real
+def test_find_and_attach_scan_no_loop_devices(
+    real_loop: LinuxLoop, work_dir: Path, tag_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 16: every NodeStage used to scan every loop device on the host twice (a miss in
+    # find, then again in attach under the process-wide lock), so its cost grew with what the
+    # neighbours held. After the start's one scan, a find or an attach asks only its own device.
+    first = real_loop.attach(_sparse(work_dir, "first"), tag_prefix + "first")
+    real_loop.list(tag_prefix)  # the start's scan
+    scans: list[int] = []
+    original = linux_loop._configured_loop_indices
+
+    def counted() -> list[int]:
+        scans.append(1)
+        return original()
+
+    monkeypatch.setattr(linux_loop, "_configured_loop_indices", counted)
+    assert real_loop.find(tag_prefix + "missing") is None
+    second = real_loop.attach(_sparse(work_dir, "second"), tag_prefix + "second")
+    assert real_loop.find(tag_prefix + "second") == second
+    assert real_loop.find(tag_prefix + "first") == first
+    real_loop.detach(second.path)
+    assert real_loop.find(tag_prefix + "second") is None
+    assert scans == []
 
 
 WORKERS = 4
