@@ -112,12 +112,13 @@ def make_local_node(
     namespaces: Callable[[str], NodeNamespace],
     plugins: list[Plugin],
     run_id: str,
-) -> Callable[[str], Node]:
-    """A `--mode all` driver in local pool scope: its own pool, controller and node in one."""
+) -> Callable[..., Node]:
+    """A `--mode all` driver in local pool scope: its own pool, controller and node in one;
+    extra flags go to its `serve`."""
 
-    def make(name: str) -> Node:
+    def make(name: str, *extra: str) -> Node:
         flags = ["--mode", "all", "--pool-scope", "local", "--heartbeat-interval", HEARTBEAT]
         node_id = unique_node_id(name, run_id)
-        return _node(spawn, workdir, namespaces(name), plugins, node_id, name, *flags)
+        return _node(spawn, workdir, namespaces(name), plugins, node_id, name, *flags, *extra)
 
     return make

@@ -19,6 +19,7 @@ joins the same namespace. The pods' reads and writes run inside that namespace t
 from __future__ import annotations
 
 import hashlib
+import shutil
 import signal
 import subprocess
 import threading
@@ -139,6 +140,27 @@ class Plugin:
         with self._lock:
             self.handle.kill(sig)
 
+    @property
+    def state_dir(self) -> Path:
+        args = self.handle.args
+        return Path(args[args.index("--state-dir") + 1])
+
+    def crash(self, lose: str = "") -> None:
+        """kill -9, and with lose set, lose the state directory before anything restarts the
+        plugin: "empty" deletes it (a new or mistyped --state-dir, a pod moved to a node whose
+        hostPath is empty), "truncated" leaves a zero-byte state.db (a torn disk, a bad
+        backup). The pool is untouched: it is the truth the restart rebuilds from."""
+        with self._lock:
+            self.handle.kill(signal.SIGKILL)
+            if lose == "empty":
+                shutil.rmtree(self.state_dir, ignore_errors=True)
+            elif lose == "truncated":
+                (self.state_dir / "state.db").write_bytes(b"")
+                for suffix in ("-wal", "-shm"):
+                    (self.state_dir / f"state.db{suffix}").unlink(missing_ok=True)
+            elif lose:
+                raise ValueError(f"unknown state loss {lose!r}")
+
     def restart(self) -> None:
         """Start a new incarnation; it has reconciled by the time its socket answers."""
         with self._lock:
@@ -252,6 +274,7 @@ class Kubelet:
         self.root = root
         self.plugin = plugin
         self.ns = ns
+        self.stuck: list[subprocess.Popen[bytes]] = []
 
     # ----- the paths the kubelet hands to CSI drivers -----
     def staging_path(self, pv: PV) -> Path:
@@ -345,6 +368,38 @@ class Kubelet:
 
     def stale_mounts(self) -> list[str]:
         return self.ns.mounts_under(self.root)
+
+    def writable(self, path: Path, seconds: float) -> bool:
+        """Does a write with fsync into directory `path` finish within `seconds`, inside the
+        node's namespace? The only sure test that a filesystem is not frozen: mountinfo does
+        not show a freeze, and a writer on a frozen filesystem sleeps in D state. Such a writer
+        can't be reaped before the thaw, so it is kept in `stuck` for `thaw_all`."""
+        probe = str(path / ".chaos-writable")
+        writer = subprocess.Popen(
+            [*self.ns.prefix(), "sh", "-c", 'echo x > "$1" && sync "$1" && rm -f "$1"', "sh",
+             probe],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            return writer.wait(timeout=seconds) == 0
+        except subprocess.TimeoutExpired:
+            writer.kill()
+            self.stuck.append(writer)
+            return False
+
+    def thaw_all(self, paths: list[Path]) -> None:
+        """Test cleanup that trusts no driver: thaw each path (`fsfreeze -u`; an error means it
+        was not frozen), then reap the writers a freeze held."""
+        for path in paths:
+            subprocess.run(
+                [*self.ns.prefix(), "fsfreeze", "-u", str(path)],
+                capture_output=True,
+                timeout=30,
+                check=False,
+            )
+        while self.stuck:
+            self.stuck.pop().wait(timeout=30)
 
 
 @dataclass

@@ -1,30 +1,45 @@
-"""Chaos: volume lifecycles with a kill -9 of the controller or a node plugin at a random point
-of each, then a restart, then the invariants.
+"""Chaos: volume lifecycles with a kill -9 at a random point of each, sometimes with the state
+directory lost too, then a restart, then the invariants.
 
-Each lifecycle provisions a volume (ext4, now and then a block volume), attaches it to one node,
-stages it, starts a pod that writes and syncs data, checks that the other node's attach is
-refused, moves the pod to the other node (full teardown, then setup), checks the data there,
-tears everything down and deletes the volume.
-At a random step one process (the controller or either node plugin) is killed with SIGKILL after
-a random delay; the roles' retries restart it (as the container runtime would) and carry on.
+Two kinds of lifecycle, chosen at random:
+- **move** (the split cluster: a `--mode controller` plugin and node plugins on node-a and
+  node-b sharing one pool): provision a volume (ext4, now and then a block volume), attach it
+  to one node, stage it, start a pod that writes and syncs data, check that the other node's
+  attach is refused, move the pod to the other node (full teardown, then setup), check the data
+  there, tear everything down and delete the volume;
+- **snap** (node-c, a `--mode all` driver whose snapshots and clones freeze the source's
+  filesystem; see chaos_snap.py): write to a mounted volume, snapshot it, restore the snapshot
+  and read the data back, clone the volume and read the clone, delete what was made.
 
-Right after each restart (mid-lifecycle) the records are checked, and after every lifecycle
-everything:
+At a random step one process (mostly the one the step talks to, sometimes a bystander) is killed
+with SIGKILL after a random delay; the roles' retries restart it (as the container runtime
+would) and carry on. One kill in LOSS_RATE also loses the victim's state directory before the
+restart: deleted ("empty": a new or mistyped --state-dir, a pod moved to a node whose hostPath is
+empty) or state.db cut to zero bytes ("truncated"). The pool stays: the restart rebuilds from it.
+
+Right after each restart (mid-lifecycle) the records are checked and the frozen probe runs, and
+after every lifecycle everything:
 - every plugin is running and Probe answers ready;
-- no leaked loop devices and no stale mounts: only the long-lived pod's volume is attached and
-  mounted, on its node; nothing is mounted in the other node's namespace or on the host;
-- no record lost: every acknowledged CreateVolume is listed until its DeleteVolume was
-  acknowledged, and a deleted volume is gone;
+- no leaked loop devices and no stale mounts: only the long-lived pods' volumes (node-a's and
+  node-c's) are attached and mounted, on their nodes; nothing is mounted in node-b's namespace or
+  on the host;
+- **no file lost**: every acknowledged CreateVolume and CreateSnapshot keeps its backing file in
+  its pool and is listed until its delete was acknowledged, and a deleted one is gone;
+- **nothing left frozen**: every long-lived volume takes a write with fsync within
+  chaos_snap.WRITABLE_WITHIN seconds, and node-c has no freeze record left;
 - never two nodes holding one single-node volume (ListVolumes published_node_ids and the
   `csi-hostpath ledger list` output), nor any backing file behind two loop devices;
-- the data of every acknowledged, synced write is intact (the moved pod's and the long-lived
-  pod's).
+- the data of every acknowledged, synced write is intact (the moved pod's, the restored and
+  cloned volumes', the long-lived pods');
+- after a controller lost its state, a restore from the snapshot taken at the start of the run
+  reads back the data written before it.
 
-CHAOS_LIFECYCLES (default 20) sets the number of lifecycles and CHAOS_SEED the seed (random when
+CHAOS_LIFECYCLES (default 10) sets the number of lifecycles and CHAOS_SEED the seed (random when
 unset). The seed is printed at the start and attached to any failure, so a run can be repeated:
-the same seed makes the same choices (which nodes, which volume type, which process, at which
-step, how far into it, which data); the kernel's timing, and so the exact instant of a kill, can
-still differ.
+the same seed makes the same choices (which kind, which nodes, which volume type, which process,
+at which step, how far into it, which state loss, which data); the kernel's timing, and so the
+exact instant of a kill, can still differ. The last line prints the files lost and the
+filesystems left frozen (both must be 0).
 """
 
 from __future__ import annotations
@@ -33,7 +48,6 @@ import glob
 import hashlib
 import os
 import random
-import signal
 import threading
 import time
 from collections import Counter
@@ -45,15 +59,31 @@ import grpc
 import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
+from csi_hostpath.service.node_freeze import TEST_HOLD_ENV
 from tests import helpers as h
-from tests.e2e.harness import PV, Cluster, Plugin, Pod
+from tests.e2e.chaos_snap import (
+    HOLD_SECONDS,
+    WRITABLE_WITHIN,
+    Pool,
+    SnapNode,
+    Step,
+    restore_steps,
+    run_plain,
+    snapshot_source,
+)
+from tests.e2e.harness import PV, Cluster, Kubelet, Node, Plugin, Pod
 from tests.kernel import loops_backed_under, mounts_under
 from tests.test_ledger_multinode import wait_for
 
-LIFECYCLES = int(os.environ.get("CHAOS_LIFECYCLES", "20"))
+# The short run in `make test` (about a minute on a loaded two-CPU machine); `make chaos` sets 200.
+LIFECYCLES = int(os.environ.get("CHAOS_LIFECYCLES", "10"))
 SEED = os.environ.get("CHAOS_SEED", "")
 NODES = ("node-a", "node-b")
+SNAP_NODE = "node-c"
 DATA_BYTES = 256 * 1024
+# The share of snap lifecycles, and of kills that lose the victim's state directory too.
+SNAP_RATE = 0.4
+LOSS_RATE = 0.2
 
 pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.timeout(120 + 15 * LIFECYCLES)]
 
@@ -76,28 +106,48 @@ def backing_files(root: Path) -> list[str]:
 
 
 def _kind(step: str) -> str:
-    """A step's name without its node: "stage on node-b" -> "stage"."""
-    return step.split(" on ", 1)[0].split(" node-", 1)[0]
+    """A step's name without its node or lifecycle: "stage on node-b" -> "stage",
+    "stage clone-7 on node-c" -> "stage clone"."""
+    return step.split(" on ", 1)[0].split(" node-", 1)[0].split("-", 1)[0]
 
 
 @dataclass
 class Chaos:
     cluster: Cluster
+    snap: SnapNode
     rng: random.Random
     workdir: Path
-    live: dict[str, str] = field(default_factory=dict)  # acknowledged, not deleted: id -> name
-    deleted: set[str] = field(default_factory=set)
+    pool: Pool  # the split cluster's
     history: list[str] = field(default_factory=list)
     kills: dict[str, int] = field(default_factory=dict)
+    losses: Counter[str] = field(default_factory=Counter)  # "victim empty" -> count
     kills_inside: int = 0
+    files_lost: int = 0
+    left_frozen: int = 0
     durations: dict[str, float] = field(default_factory=dict)  # step kind -> seconds (EWMA)
     # The long-lived pod on node-a: its volume stays staged and published through every kill.
     resident: PV | None = None
     resident_pod: Pod = field(default_factory=lambda: Pod("resident"))
     resident_digest: str = ""
+    keeper: str = ""  # a snapshot of the resident's volume, kept to the end
+
+    @property
+    def live(self) -> dict[str, str]:
+        return self.pool.volumes
+
+    @property
+    def deleted(self) -> set[str]:
+        return self.pool.deleted
 
     def plugin(self, name: str) -> Plugin:
-        return self.cluster.controller if name == "controller" else self.cluster.nodes[name].plugin
+        if name == "controller":
+            return self.cluster.controller
+        if name == SNAP_NODE:
+            return self.snap.plugin
+        return self.cluster.nodes[name].plugin
+
+    def processes(self) -> list[str]:
+        return ["controller", *NODES, SNAP_NODE]
 
     def start_resident(self) -> None:
         c = self.cluster
@@ -110,8 +160,33 @@ class Chaos:
         data = self.rng.randbytes(DATA_BYTES)
         kubelet.write(self.resident_pod, pv, "resident.bin", data)
         self.resident, self.resident_digest = pv, digest(data)
+        # A snapshot with the resident's data, to restore after the controller lost its state.
+        response = c.controller.call(
+            "controller", "CreateSnapshot", pb.CreateSnapshotRequest(
+                source_volume_id=pv.handle, name="keeper")
+        )  # fmt: skip
+        self.keeper = str(response.snapshot.snapshot_id)
+        self.pool.snapshots[self.keeper] = "keeper"
+
+    def restore_keeper(self, tag: str) -> None:
+        """The run's first snapshot restores on node-b, and the resident's data reads back."""
+        c = self.cluster
+        run_plain(
+            restore_steps(
+                tag, "controller", "node-b", c.provisioner, c.attacher, c.kubelet("node-b"),
+                self.pool, lambda: snapshot_source(self.keeper), "resident.bin",
+                lambda: self.resident_digest,
+            )
+        )  # fmt: skip
 
     def lifecycle(self, i: int) -> None:
+        if self.rng.random() < SNAP_RATE:
+            self.run(i, f"snap on {SNAP_NODE}", self.snap.steps(i))
+        else:
+            label, steps = self.move_steps(i)
+            self.run(i, label, steps)
+
+    def move_steps(self, i: int) -> tuple[str, list[Step]]:
         c, rng = self.cluster, self.rng
         first, second = rng.sample(NODES, 2)
         ka, kb = c.kubelet(first), c.kubelet(second)
@@ -153,7 +228,7 @@ class Chaos:
             self.deleted.add(pv().handle)
 
         # (name, the process whose RPC the step makes, the step)
-        steps: list[tuple[str, str, Callable[[], None]]] = [
+        steps: list[Step] = [
             ("provision", "controller", provision),
             (f"attach {first}", "controller", attach(first)),
             (f"stage on {first}", first, lambda: ka.mount_device(pv(), ctx(first))),
@@ -172,20 +247,26 @@ class Chaos:
             (f"detach {second}", "controller", lambda: c.attacher.detach(pv(), second)),
             ("delete", "controller", delete),
         ]
+        return f"move ({'block' if block else 'ext4'}): {first} -> {second}", steps
+
+    def run(self, i: int, label: str, steps: list[Step]) -> None:
+        """Run the steps with one kill -9 in them (and sometimes a state loss), then check."""
+        rng = self.rng
         kill_at = rng.randrange(len(steps))
         # Mostly the process the step talks to (a crash inside its RPC), sometimes a bystander.
         owner = steps[kill_at][1]
-        victim = owner if rng.random() < 0.75 else rng.choice(["controller", *NODES])
+        victim = owner if rng.random() < 0.75 else rng.choice(self.processes())
+        lose = rng.choice(["empty", "truncated"]) if rng.random() < LOSS_RATE else ""
         # A fraction of the step's usual duration, so that most kills land inside the step.
         delay = rng.random() * 1.2 * self.durations.get(_kind(steps[kill_at][0]), 0.02)
         self.history.append(
-            f"lifecycle {i} ({'block' if block else 'ext4'}): {first} -> {second}; kill -9 "
-            f"{victim} {delay * 1000:.1f} ms into step {kill_at} ({steps[kill_at][0]})"
+            f"lifecycle {i} {label}; kill -9 {victim}{f' (state {lose})' if lose else ''} "
+            f"{delay * 1000:.1f} ms into step {kill_at} ({steps[kill_at][0]})"
         )
         for k, (name, _owner, step) in enumerate(steps):
             timer = None
             if k == kill_at:
-                timer = threading.Timer(delay, self.plugin(victim).kill, args=(signal.SIGKILL,))
+                timer = threading.Timer(delay, self.plugin(victim).crash, args=(lose,))
                 timer.start()
             began = time.monotonic()
             restarts = self.plugin(victim).restarts
@@ -205,10 +286,20 @@ class Chaos:
             elif self.plugin(victim).restarts > restarts:
                 self.kills_inside += 1  # the step's own retry met the dead plugin
             if timer is not None:
-                # Right after the restart and its reconcile, mid-lifecycle: the records hold.
+                # Right after the restart and its reconcile, mid-lifecycle: the records hold and
+                # nothing is frozen.
                 self.plugin(victim).ensure_running()
                 self.check_records(i, ledger=False)
+                self.check_files_and_freezes(i)
         self.kills[victim] = self.kills.get(victim, 0) + 1
+        if lose:
+            self.losses[f"{victim} {lose}"] += 1
+            # The old snapshot restores after the rebuild (a node plugin's loss is checked by
+            # the resident's mounts and data after every lifecycle).
+            if victim == "controller":
+                self.restore_keeper(f"keeper-{i}")
+            elif victim == SNAP_NODE:
+                self.snap.restore_keeper(f"keeper-{i}")
 
     def restart_all(self) -> None:
         for plugin in self.cluster.plugins():
@@ -236,6 +327,27 @@ class Chaos:
         assert not twice, f"lifecycle {i}: attached more than once: {twice}"
         return listed, holders
 
+    def frozen(self) -> list[str]:
+        """The long-lived pods' volumes that don't take a write within WRITABLE_WITHIN s."""
+        assert self.resident is not None
+        candidates: list[tuple[Kubelet, Path]] = [
+            (self.cluster.kubelet("node-a"),
+             self.cluster.kubelet("node-a").target_path(self.resident_pod, self.resident)),
+            (self.snap.kubelet, self.snap.paths()[1]),
+        ]  # fmt: skip
+        return [str(p) for k, p in candidates if not k.writable(p, WRITABLE_WITHIN)]
+
+    def check_files_and_freezes(self, i: int) -> None:
+        """No acknowledged file lost in either pool; nothing left frozen, no freeze record."""
+        lost = self.pool.lost(self.cluster.controller) + self.snap.pool.lost(self.snap.plugin)
+        frozen = self.frozen()
+        self.files_lost += len(lost)
+        self.left_frozen += len(frozen)
+        assert not lost, f"lifecycle {i}: files lost: {lost}"
+        assert not frozen, f"lifecycle {i}: left frozen: {frozen}"
+        records = self.snap.freeze_records()
+        assert not records, f"lifecycle {i}: freeze records left: {records}"
+
     def check_invariants(self, i: int) -> None:
         c = self.cluster
         assert self.resident is not None
@@ -243,12 +355,13 @@ class Chaos:
         assert holders == {self.resident.handle: ["node-a"]}, holders
         assert listed[self.resident.handle] == ["node-a"]
 
-        # Only the resident pod's volume is attached: one loop device. A device released while
-        # still open (autoclear) can take a moment to go.
+        self.check_files_and_freezes(i)
+        # Only the long-lived pods' volumes are attached: two loop devices. A device released
+        # while still open (autoclear) can take a moment to go.
         wait_for(
-            lambda: len(loops_backed_under(self.workdir)) == 1,
+            lambda: len(loops_backed_under(self.workdir)) == 2,
             10,
-            f"only the resident's loop device after lifecycle {i}: "
+            f"only the long-lived pods' loop devices after lifecycle {i}: "
             f"{loops_backed_under(self.workdir)}",
         )
         a, b = c.kubelet("node-a"), c.kubelet("node-b")
@@ -258,6 +371,9 @@ class Chaos:
         }
         assert set(a.stale_mounts()) == expected, f"after lifecycle {i}: {a.stale_mounts()}"
         assert not b.stale_mounts(), f"after lifecycle {i}: node-b has {b.stale_mounts()}"
+        snap_mounts = set(self.snap.kubelet.stale_mounts())
+        expected_c = {str(p) for p in self.snap.paths()}
+        assert snap_mounts == expected_c, f"after lifecycle {i}: node-c has {snap_mounts}"
         assert not mounts_under(self.workdir), "nothing is ever mounted in the host namespace"
 
         got = a.read(self.resident_pod, self.resident, "resident.bin")
@@ -265,14 +381,24 @@ class Chaos:
 
 
 def test_chaos_kill_9_during_lifecycles(
-    make_cluster: Callable[..., Cluster], workdir: Path
+    make_cluster: Callable[..., Cluster],
+    make_local_node: Callable[..., Node],
+    workdir: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     seed = int(SEED) if SEED else random.SystemRandom().randrange(1 << 32)
     print(f"chaos: CHAOS_SEED={seed} CHAOS_LIFECYCLES={LIFECYCLES}")
-    chaos = Chaos(make_cluster(NODES), random.Random(seed), workdir)
+    rng = random.Random(seed)
+    # Every freeze held a moment (only node-c freezes), so kills land inside the window.
+    monkeypatch.setenv(TEST_HOLD_ENV, HOLD_SECONDS)
+    snap_pool = workdir / "snap-pool"
+    node_c = make_local_node(SNAP_NODE, "--pool-dir", str(snap_pool))
+    snap = SnapNode(node_c, Pool(snap_pool), rng)
+    chaos = Chaos(make_cluster(NODES), snap, rng, workdir, Pool(workdir / "pool"))
     started = time.monotonic()
     try:
         chaos.start_resident()
+        snap.start()
         for i in range(LIFECYCLES):
             chaos.lifecycle(i)
             chaos.restart_all()
@@ -280,15 +406,25 @@ def test_chaos_kill_9_during_lifecycles(
     except BaseException as e:
         e.add_note(
             f"chaos: reproduce with CHAOS_SEED={seed} CHAOS_LIFECYCLES={LIFECYCLES}\n"
+            f"files lost {chaos.files_lost}, filesystems left frozen {chaos.left_frozen}\n"
             + "\n".join(chaos.history[-5:])
         )
-        for plugin in chaos.cluster.plugins():
+        for plugin in [*chaos.cluster.plugins(), snap.plugin]:
             e.add_note(f"--- {plugin.name} log (tail) ---\n{plugin.log()[-2500:]}")
         raise
-    restarts = {p.name: p.restarts for p in chaos.cluster.plugins()}
+    finally:
+        # Whatever happened, leave nothing frozen in the shared kernel.
+        if chaos.resident is not None:
+            a = chaos.cluster.kubelet("node-a")
+            a.thaw_all([a.staging_path(chaos.resident)])
+        if snap.source is not None:
+            snap.kubelet.thaw_all(snap.paths()[:1])
+    restarts = {p.name: p.restarts for p in [*chaos.cluster.plugins(), snap.plugin]}
     print(
         f"chaos: {LIFECYCLES} lifecycles in {time.monotonic() - started:.1f}s, "
         f"kills {chaos.kills} ({chaos.kills_inside} met by the step's own retry), "
-        f"restarts {restarts}"
+        f"state lost {dict(chaos.losses)}, restarts {restarts}"
     )
+    print(f"chaos: files lost {chaos.files_lost}, filesystems left frozen {chaos.left_frozen}")
     assert sum(restarts.values()) == LIFECYCLES, "every kill was followed by one restart"
+    assert chaos.files_lost == 0 and chaos.left_frozen == 0
