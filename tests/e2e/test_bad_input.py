@@ -22,7 +22,7 @@ import string
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,12 +38,11 @@ from hypothesis import strategies as st
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.core.quantity import QuantityError, parse_bytes
 from tests import helpers as h
-from tests.conftest import Client, DriverProcess, driver_args
+from tests.conftest import Client, DriverProcess, driver_args, in_process
 from tests.kernel import cleanup_kernel
 from tests.needs import fs_available
 from tests.test_ledger_multinode import UNSHARE
 
-pytestmark = pytest.mark.real
 C = grpc.StatusCode
 SPEC_CODES = frozenset(
     {
@@ -60,6 +59,8 @@ SPEC_CODES = frozenset(
 )
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "200"))
 RAW_EXAMPLES = int(os.environ.get("FUZZ_RAW_EXAMPLES", "40"))
+FAKE_EXAMPLES = int(os.environ.get("FUZZ_FAKE_EXAMPLES", "15"))
+FAKE_RAW_EXAMPLES = int(os.environ.get("FUZZ_FAKE_RAW_EXAMPLES", "5"))
 RPC_TIMEOUT = 60.0
 SERVICES = {"Identity": "identity", "Controller": "controller", "Node": "node"}
 METHODS: list[MethodDescriptor] = [
@@ -138,36 +139,60 @@ class Seed:
 
 @dataclass
 class Target:
+    """The driver under fuzz: a real `csi-hostpath serve` process in its own mount namespace
+    (handle set), or a driver served in this process on the fake system layer (handle None)."""
+
     root: Path
-    handle: DriverProcess
+    handle: DriverProcess | None
     client: Client
     seed: Seed
     cwd: str
     mounts_outside: set[tuple[str, str, str]]
+    examples: int = EXAMPLES
+    raw_examples: int = RAW_EXAMPLES
 
-    def mounts(self) -> set[tuple[str, str, str]]:
-        """(mount point, fs type, source) of every mount outside the work directory, in the
-        driver's namespace."""
-        assert self.handle.proc is not None
-        prefix = str(self.root) + "/"
-        found = set()
+    def _mount_table(self) -> list[tuple[str, str, str]]:
+        """(mount point, fs type, source) of every mount the driver sees: the real process's
+        namespace, or the fake kernel's records (the host's own mounts, which other tests
+        change at will, are no business of an in-process fake driver)."""
+        kernel = self.client.kernel
+        if kernel is not None:
+            with kernel.lock:
+                return [
+                    (m.entry.mount_point, m.entry.fs_type, m.entry.source) for m in kernel.mounts
+                ]
+        assert self.handle is not None and self.handle.proc is not None
+        rows = []
         for line in Path(f"/proc/{self.handle.proc.pid}/mountinfo").read_text().splitlines():
             fields = line.split()
-            point = fields[4]
             sep = fields.index("-", 6)
-            if not point.startswith(prefix) and point != str(self.root):
-                found.add((point, fields[sep + 1], fields[sep + 2]))
-        return found
+            rows.append((fields[4], fields[sep + 1], fields[sep + 2]))
+        return rows
+
+    def _inside(self, point: str) -> bool:
+        return point.startswith(str(self.root) + "/")
+
+    def mounts(self) -> set[tuple[str, str, str]]:
+        """Every mount outside the work directory, in the driver's view."""
+        return {
+            row
+            for row in self._mount_table()
+            if not self._inside(row[0]) and row[0] != str(self.root)
+        }
 
     def alive(self) -> bool:
+        if self.handle is None:
+            return True  # in this process: a crash would have ended the test run itself
         return self.handle.proc is not None and self.handle.proc.poll() is None
 
+    def log(self) -> str:
+        return (
+            "(in-process driver: its log is pytest's)" if self.handle is None else self.handle.log()
+        )
+
     def mounted_inside(self) -> set[str]:
-        """The mount points under the work directory, in the driver's namespace."""
-        assert self.handle.proc is not None
-        prefix = str(self.root) + "/"
-        lines = Path(f"/proc/{self.handle.proc.pid}/mountinfo").read_text().splitlines()
-        return {p for p in (line.split()[4] for line in lines) if p.startswith(prefix)}
+        """The mount points under the work directory, in the driver's view."""
+        return {row[0] for row in self._mount_table() if self._inside(row[0])}
 
 
 def _undo(client: Client, vid: str, staging: Path, target: Path) -> None:
@@ -229,9 +254,8 @@ def _reseed(client: Client, seed: Seed) -> None:
     raise AssertionError("could not make the seed snapshot")
 
 
-@pytest.fixture(scope="module")
-def target() -> Iterator[Target]:
-    root = Path(tempfile.mkdtemp(prefix="csihp-test-"))
+@contextmanager
+def _real_target(root: Path) -> Iterator[Target]:
     # A node ID of our own: the driver tags loop devices by node ID (see harness.unique_node_id).
     node_id = f"fuzz-{uuid.uuid4().hex[:8]}"
     # Its own mount namespace too: whatever a request makes it mount stays away from the host.
@@ -244,18 +268,39 @@ def target() -> Iterator[Target]:
     client: Client | None = None
     try:
         client = handle.start()
-        seed = Seed(node_id, root)
-        seed.fuzz_root.mkdir()
-        _reseed(client, seed)
         assert handle.proc is not None
         cwd = os.readlink(f"/proc/{handle.proc.pid}/cwd")
-        t = Target(root, handle, client, seed, cwd, set())
-        t.mounts_outside = t.mounts()
-        yield t
+        yield Target(root, handle, client, Seed(node_id, root), cwd, set())
     finally:
         if client is not None:
             client.close()
         handle.stop()
+
+
+@contextmanager
+def _fake_target(root: Path) -> Iterator[Target]:
+    from csi_hostpath.system.fake import FakeKernel, fake_system
+
+    kernel = FakeKernel()
+    with in_process(
+        root, "drv", system=lambda pool: fake_system(pool, kernel=kernel), kernel=kernel
+    ) as client:
+        seed = Seed("node-a", root)
+        yield Target(root, None, client, seed, os.getcwd(), set(), FAKE_EXAMPLES, FAKE_RAW_EXAMPLES)
+
+
+# The fake layer runs in `make unit` (no root, a minute for everything): fewer examples per RPC
+# there; the real layer keeps the full count.
+@pytest.fixture(scope="module", params=["fake", pytest.param("real", marks=pytest.mark.real)])
+def target(request: pytest.FixtureRequest) -> Iterator[Target]:
+    root = Path(tempfile.mkdtemp(prefix="csihp-test-"))
+    try:
+        with (_fake_target if request.param == "fake" else _real_target)(root) as t:
+            t.seed.fuzz_root.mkdir()
+            _reseed(t.client, t.seed)
+            t.mounts_outside = t.mounts()
+            yield t
+    finally:
         cleanup_kernel(root)
         shutil.rmtree(root, ignore_errors=True)
 
@@ -264,7 +309,7 @@ def target() -> Iterator[Target]:
 def fresh(target: Target) -> Iterator[Target]:
     """The seed state rebuilt before each test (a test's examples may well undo it); after the
     test, the driver still answers Probe and wrote only where it may."""
-    assert target.alive(), target.handle.log()
+    assert target.alive(), target.log()
     _reseed(target.client, target.seed)
     yield target
     _probe_ok(target)
@@ -736,7 +781,7 @@ def _check_one(t: Target, method: MethodDescriptor, request: pb_message.Message)
     event(
         code.name + " " + details[:50]
     )  # --hypothesis-show-statistics shows how deep the examples got
-    assert t.alive(), f"the driver died on {method.name}:\n{t.handle.log()}"
+    assert t.alive(), f"the driver died on {method.name}:\n{t.log()}"
     assert code in SPEC_CODES, (
         f"{method.name} answered {code.name}: {details[:2000]}\nrequest:\n{str(request)[:3000]}"
     )
@@ -750,7 +795,7 @@ def _check_one(t: Target, method: MethodDescriptor, request: pb_message.Message)
 
 
 def _probe_ok(t: Target) -> None:
-    assert t.alive(), t.handle.log()
+    assert t.alive(), t.log()
     response = t.client.identity.Probe(pb.ProbeRequest(), timeout=RPC_TIMEOUT)
     assert response.ready.value
 
@@ -761,25 +806,31 @@ def _inside_is_tidy(t: Target) -> None:
     assert set(os.listdir(t.root)) <= expected, os.listdir(t.root)
 
 
+def _fuzz_settings(examples: int) -> settings:
+    """Hypothesis settings for one fuzz run: the layer decides how many examples (the inner
+    @given is built per test, so the count can follow the target's layer)."""
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.filter_too_much,
+            HealthCheck.large_base_example,
+        ],
+    )
+
+
 @pytest.mark.parametrize("method", METHODS, ids=[m.name for m in METHODS])
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    suppress_health_check=[
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-        HealthCheck.filter_too_much,
-        HealthCheck.large_base_example,
-        HealthCheck.function_scoped_fixture,  # `fresh` runs once per test, not per example
-    ],
-)
-@given(data=st.data())
-def test_hostile_requests_get_spec_codes_only(
-    fresh: Target, method: MethodDescriptor, data: st.DataObject
-) -> None:
+def test_hostile_requests_get_spec_codes_only(fresh: Target, method: MethodDescriptor) -> None:
     strategy = Strategies(fresh.seed, method.name, fresh.mounted_inside).request(method.input_type)
-    request = data.draw(strategy, label=method.input_type.name)
-    _check_one(fresh, method, request)
+
+    @_fuzz_settings(fresh.examples)
+    @given(request=strategy)
+    def one(request: pb_message.Message) -> None:
+        _check_one(fresh, method, request)
+
+    one()
 
 
 # ----- raw bytes on the wire -----
@@ -805,32 +856,30 @@ RAW_GARBAGE = [
 
 
 @pytest.mark.parametrize("method", METHODS, ids=[m.name for m in METHODS])
-@settings(
-    max_examples=RAW_EXAMPLES,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
-@given(payload=st.one_of(st.sampled_from(RAW_GARBAGE), st.binary(max_size=512)))
-def test_raw_garbage_bytes_never_crash_it(
-    fresh: Target, method: MethodDescriptor, payload: bytes
-) -> None:
+def test_raw_garbage_bytes_never_crash_it(fresh: Target, method: MethodDescriptor) -> None:
     path = f"/csi.v1.{method.containing_service.name}/{method.name}"
     call = fresh.client.channel.unary_unary(
         path, request_serializer=lambda b: b, response_deserializer=lambda b: b
     )
-    code = C.OK
-    try:
-        call(payload, timeout=RPC_TIMEOUT)
-    except grpc.RpcError as e:
-        code = e.code()
-    assert fresh.alive(), f"the driver died on raw bytes to {method.name}:\n{fresh.handle.log()}"
-    try:
-        GetMessageClass(method.input_type).FromString(payload)
-    except pb_message.DecodeError:
-        # gRPC itself refuses what does not parse, before the driver sees it.
-        assert code != C.OK, f"{method.name} accepted bytes that do not parse"
-    else:
-        assert code in SPEC_CODES, f"{method.name} answered {code.name} to {payload!r}"
+
+    @_fuzz_settings(fresh.raw_examples)
+    @given(payload=st.one_of(st.sampled_from(RAW_GARBAGE), st.binary(max_size=512)))
+    def one(payload: bytes) -> None:
+        code = C.OK
+        try:
+            call(payload, timeout=RPC_TIMEOUT)
+        except grpc.RpcError as e:
+            code = e.code()
+        assert fresh.alive(), f"the driver died on raw bytes to {method.name}:\n{fresh.log()}"
+        try:
+            GetMessageClass(method.input_type).FromString(payload)
+        except pb_message.DecodeError:
+            # gRPC itself refuses what does not parse, before the driver sees it.
+            assert code != C.OK, f"{method.name} accepted bytes that do not parse"
+        else:
+            assert code in SPEC_CODES, f"{method.name} answered {code.name} to {payload!r}"
+
+    one()
 
 
 def test_an_oversized_message_is_refused_and_the_driver_lives(target: Target) -> None:
