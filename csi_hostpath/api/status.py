@@ -11,7 +11,7 @@ import grpc
 
 from csi_hostpath.core import errors
 from csi_hostpath.core.fullness import is_disk_full
-from csi_hostpath.system.base import CommandError, NoSpace
+from csi_hostpath.system.base import CommandError, NoSpace, ResourceBusy, TimedOut
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,13 @@ STATUS_OF: dict[type[Exception], grpc.StatusCode] = {
     errors.Busy: grpc.StatusCode.ABORTED,
     errors.FreezeTimedOut: grpc.StatusCode.ABORTED,
     errors.BadPageToken: grpc.StatusCode.ABORTED,
-    NoSpace: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    NoSpace: grpc.StatusCode.RESOURCE_EXHAUSTED,  # NoSpaceLeft (ENOSPC, EDQUOT) too
+    # The system layer's typed failures (system/errors.py); the rest of them are INTERNAL.
+    ResourceBusy: grpc.StatusCode.FAILED_PRECONDITION,
+    # A tool that timed out may have done its work: DEADLINE_EXCEEDED is not a final error to the
+    # kubelet (kubernetes pkg/volume/csi/csi_client.go, isFinalError), which then treats the
+    # mount as uncertain and still tears it down, where INTERNAL would let it forget the mount.
+    TimedOut: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
 
 

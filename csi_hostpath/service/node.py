@@ -56,7 +56,7 @@ from csi_hostpath.service.node_tuning import NodeTuning
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.mutable import MutableRecords
 from csi_hostpath.store.pool import PoolLayout
-from csi_hostpath.system.base import CommandError, FsStats, System
+from csi_hostpath.system.base import FsStats, NotPermitted, System
 
 log = logging.getLogger(__name__)
 
@@ -486,8 +486,8 @@ class NodeService:
             if staged.access_type == AccessType.MOUNT:
                 try:
                     self.system.fs.grow(device.path, staged.staging_path, staged.fs_type)
-                except CommandError as e:
-                    if staged.fs_type == "ext4" and "ermission denied" in e.stderr:
+                except NotPermitted as e:
+                    if staged.fs_type == "ext4":
                         raise OnlineResizeUnavailable(
                             f"online ext4 resize of {volume_id} was refused (the plugin lacks "
                             "CAP_SYS_RESOURCE); the filesystem grows to the new size on its "

@@ -21,7 +21,13 @@ from csi_hostpath.core.model import AccessType, Capability, NodeStaging
 from csi_hostpath.core.naming import loop_tag, node_key
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout
-from csi_hostpath.system.base import CommandError, LoopDevice, MountEntry, System
+from csi_hostpath.system.base import (
+    CommandError,
+    LoopDevice,
+    MountEntry,
+    ResourceBusy,
+    System,
+)
 
 # One logger for all of the node plugin, named as before it was split into modules.
 log = logging.getLogger("csi_hostpath.service.node")
@@ -70,13 +76,11 @@ class NodeMounts:
     def unmount(self, path: str, *, lazy: bool = False) -> None:
         try:
             self.system.mounts.unmount(path, lazy=lazy)
-        except CommandError as e:
-            if "busy" in e.stderr:
-                raise TargetBusy(
-                    f"{path} is busy: a process has files or its working directory in it, or "
-                    "another mount sits beneath it; retry once it is released"
-                ) from e
-            raise
+        except ResourceBusy as e:
+            raise TargetBusy(
+                f"{path} is busy: a process has files or its working directory in it, or "
+                "another mount sits beneath it; retry once it is released"
+            ) from e
 
     @staticmethod
     def prepare_dir(path: str, what: str) -> None:

@@ -12,30 +12,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from csi_hostpath.system.errors import (
+    CommandError,
+    NoSpace,
+    NoSpaceLeft,
+    NotFound,
+    NotPermitted,
+    ReadOnly,
+    ResourceBusy,
+    SystemError_,
+    TimedOut,
+)
 from csi_hostpath.system.iolimits import IoTuner
 
-
-class SystemError_(Exception):
-    """Base of every failure the system layer reports on purpose."""
-
-
-class CommandError(SystemError_):
-    """An external command failed or timed out; carries everything needed to explain why."""
-
-    def __init__(
-        self, argv: Sequence[str], returncode: int | None, stdout: str, stderr: str
-    ) -> None:
-        self.argv = list(argv)
-        self.returncode = returncode
-        self.stdout = stdout
-        self.stderr = stderr
-        what = "timed out" if returncode is None else f"exited {returncode}"
-        detail = stderr.strip() or stdout.strip()
-        super().__init__(f"{' '.join(self.argv)} {what}: {detail}")
-
-
-class NoSpace(SystemError_):
-    """The pool filesystem has no room for the requested allocation."""
+# The failures live in errors.py; the contract's users import them from here too.
+__all__ = [
+    "CommandError",
+    "NoSpace",
+    "NoSpaceLeft",
+    "NotFound",
+    "NotPermitted",
+    "ReadOnly",
+    "ResourceBusy",
+    "SystemError_",
+    "TimedOut",
+]
 
 
 @dataclass(frozen=True, slots=True)

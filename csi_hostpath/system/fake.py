@@ -30,6 +30,7 @@ from csi_hostpath.system.base import (
     NoSpace,
     System,
 )
+from csi_hostpath.system.errors import NotPermitted
 from csi_hostpath.system.fake_kernel import (
     _BYTES_PER_INODE,
     _MKFS_EXIT,
@@ -233,6 +234,10 @@ class FakeFs:
             header = None if found is None else self._kernel.read_fs(found)
             if found is None or header is None or header.fs_type != fs_type:
                 raise CommandError(argv, 1, "", f"no {fs_type} filesystem to grow there")
+            growing = header.size_bytes < found.size_bytes
+            if fs_type == "ext4" and growing and not self._kernel.cap_sys_resource:
+                argv = ["EXT4_IOC_RESIZE_FS", mount_point]
+                raise NotPermitted(argv, None, "", "", errno=errno.EPERM)
             self._kernel.write_fs(found, _FsHeader(fs_type, found.size_bytes))
 
     def size(self, device: str) -> int | None:

@@ -95,6 +95,8 @@ class FakeKernel:
     mounts: list[_Mount] = field(default_factory=list)
     frozen: set[int] = field(default_factory=set)
     shut_down: set[int] = field(default_factory=set)
+    # The plugin's CAP_SYS_RESOURCE: without it the kernel refuses an online ext4 resize (EPERM).
+    cap_sys_resource: bool = True
     _fds: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:

@@ -3,6 +3,7 @@ files. What the fake pretends: see fake.py."""
 
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
 from collections.abc import Sequence
@@ -11,6 +12,7 @@ from csi_hostpath.system.base import (
     CommandError,
     MountEntry,
 )
+from csi_hostpath.system.errors import command_error
 from csi_hostpath.system.fake_kernel import (
     _ATIME_FLAGS,
     _DEVTMPFS_NUMBER,
@@ -48,13 +50,14 @@ class FakeMounts:
             if found is None:
                 message = f"mount: {target}: special device {device} does not exist."
                 raise CommandError(argv, _MOUNT_EXIT, "", message)
+            # The real layer tried mount(2) first and carries its errno (linux_mounts.py).
             if not os.path.isdir(path):
                 message = f"mount: {target}: mount point does not exist."
-                raise CommandError(argv, _MOUNT_EXIT, "", message)
+                raise command_error(argv, _MOUNT_EXIT, "", message, errno=errno.ENOENT)
             header = self._kernel.read_fs(found)
             if header is None or header.fs_type != fs_type:
                 message = f"mount: {target}: wrong fs type, bad option, bad superblock on {device}."
-                raise CommandError(argv, _MOUNT_EXIT, "", message)
+                raise command_error(argv, _MOUNT_EXIT, "", message, errno=errno.EINVAL)
             # mount(8) falls back to read-only by itself when the device is write-protected.
             read_only = "ro" in options or found.read_only
             entry = MountEntry(
@@ -74,15 +77,15 @@ class FakeMounts:
             source_path = source if device is not None else os.path.realpath(source)
             if device is None and not os.path.exists(source_path):
                 message = f"mount: {target}: special device {source} does not exist."
-                raise CommandError(argv, _MOUNT_EXIT, "", message)
+                raise command_error(argv, _MOUNT_EXIT, "", message, errno=errno.ENOENT)
             path = os.path.realpath(target)
             if not os.path.exists(path):
                 message = f"mount: {target}: mount point does not exist."
-                raise CommandError(argv, _MOUNT_EXIT, "", message)
+                raise command_error(argv, _MOUNT_EXIT, "", message, errno=errno.ENOENT)
             if (device is None and os.path.isdir(source_path)) != os.path.isdir(path):
                 # The kernel binds directories onto directories and files onto files only.
                 message = f"mount: {target}: mount(2) system call failed: Not a directory."
-                raise CommandError(argv, _MOUNT_EXIT, "", message)
+                raise command_error(argv, _MOUNT_EXIT, "", message, errno=errno.ENOTDIR)
             self._kernel.mounts.append(self._bind_record(device, source_path, path, read_only))
 
     def _bind_record(
@@ -141,8 +144,8 @@ class FakeMounts:
                 if mount.entry.mount_point != path and _is_under(mount.entry.mount_point, path)
             ]
             if children and not lazy:
-                argv = ["umount", path]
-                raise CommandError(argv, _MOUNT_EXIT, "", f"umount: {path}: target is busy.")
+                # What the real layer raises: umount2(2) refused with EBUSY.
+                raise command_error(["umount2", path], None, "", "", errno=errno.EBUSY)
             # A lazy unmount detaches the whole subtree at once.
             gone = {id(mounts[position])} | {id(mount) for mount in children}
             self._kernel.mounts = [mount for mount in mounts if id(mount) not in gone]

@@ -9,6 +9,7 @@ import os
 import struct
 
 from csi_hostpath.system.base import CommandError, FsStats
+from csi_hostpath.system.errors import command_error
 from csi_hostpath.system.linux_loop import (
     LOOP_GET_STATUS64,
     LOOP_INFO64,
@@ -27,6 +28,7 @@ FS_IOC_SHUTDOWN = 0x8004587D  # _IOR('X', 125, __u32); also EXT4_IOC_SHUTDOWN / 
 FS_SHUTDOWN_NOSYNC = 2  # EXT4_GOING_FLAGS_NOLOGFLUSH == XFS_FSOP_GOING_FLAGS_NOLOGFLUSH
 FIFREEZE = 0xC0045877
 FITHAW = 0xC0045878
+EXT4_IOC_RESIZE_FS = 0x40086610  # _IOW('f', 16, __u64): resize a mounted ext4 to N blocks
 
 _MKFS: dict[str, list[str]] = {
     # Lazy init keeps mkfs fast and the backing file sparse; the kernel zeroes the inode tables
@@ -118,6 +120,51 @@ def _reads_as_zeros(device: str) -> bool:
         os.close(fd)
 
 
+def _geometry(device: str) -> tuple[int, int] | None:
+    """(block size, blocks) of the ext4 or xfs filesystem on device, from its superblock; None
+    if it holds neither."""
+    with open(device, "rb") as f:
+        head = f.read(_EXT4_SB_OFFSET + _EXT4_SB_SIZE)
+    if len(head) >= _EXT4_SB_OFFSET + _EXT4_SB_SIZE:
+        sb = head[_EXT4_SB_OFFSET:]
+        if sb[0x38:0x3A] == b"\x53\xef":  # the ext2/3/4 magic, little-endian 0xEF53
+            (blocks_lo,) = struct.unpack_from("<I", sb, 0x04)
+            (log_block_size,) = struct.unpack_from("<I", sb, 0x18)
+            (incompat,) = struct.unpack_from("<I", sb, 0x60)
+            blocks_hi = struct.unpack_from("<I", sb, 0x150)[0] if incompat & 0x80 else 0
+            return 1024 << log_block_size, int((blocks_hi << 32) | blocks_lo)
+    if head[:4] == b"XFSB":
+        (block_size,) = struct.unpack_from(">I", head, 4)
+        (data_blocks,) = struct.unpack_from(">Q", head, 8)
+        return int(block_size), int(data_blocks)
+    return None
+
+
+def _ext4_resize_refusal(mount_point: str, device: str) -> int | None:
+    """Why the kernel refuses to resize the ext4 at mount_point, as an errno; None if it does not.
+
+    resize2fs exits 1 whatever went wrong, so after it fails this asks the kernel directly:
+    EXT4_IOC_RESIZE_FS to the current size checks the caller's CAP_SYS_RESOURCE (EPERM) and then
+    does nothing (kernel fs/ext4/resize.c, ext4_resize_fs: "Nothing need to do")."""
+    try:
+        geometry = _geometry(device)
+    except OSError:
+        return None
+    if geometry is None:
+        return None
+    try:
+        fd = _open_loop_mount(mount_point)
+    except (OSError, ValueError):
+        return None
+    try:
+        fcntl.ioctl(fd, EXT4_IOC_RESIZE_FS, struct.pack("=Q", geometry[1]))
+    except OSError as exc:
+        return exc.errno
+    finally:
+        os.close(fd)
+    return None
+
+
 class LinuxFs:
     def probe(self, device: str) -> str | None:
         # blkid answers "nothing found" (2) for a missing device too; a volume must never look
@@ -147,28 +194,23 @@ class LinuxFs:
 
     def grow(self, device: str, mount_point: str, fs_type: str) -> None:
         if fs_type == "ext4":
-            run(["resize2fs", device], timeout=_FS_TOOL_TIMEOUT)
+            try:
+                run(["resize2fs", device], timeout=_FS_TOOL_TIMEOUT)
+            except CommandError as exc:
+                refused = _ext4_resize_refusal(mount_point, device)
+                if refused is None:
+                    raise
+                raise command_error(
+                    exc.argv, exc.returncode, exc.stdout, exc.stderr, errno=refused
+                ) from exc
         elif fs_type == "xfs":
             run(["xfs_growfs", mount_point], timeout=_FS_TOOL_TIMEOUT)
         else:
             raise ValueError(f"unsupported filesystem type {fs_type!r}")
 
     def size(self, device: str) -> int | None:
-        with open(device, "rb") as f:
-            head = f.read(_EXT4_SB_OFFSET + _EXT4_SB_SIZE)
-        if len(head) >= _EXT4_SB_OFFSET + _EXT4_SB_SIZE:
-            sb = head[_EXT4_SB_OFFSET:]
-            if sb[0x38:0x3A] == b"\x53\xef":  # the ext2/3/4 magic, little-endian 0xEF53
-                (blocks_lo,) = struct.unpack_from("<I", sb, 0x04)
-                (log_block_size,) = struct.unpack_from("<I", sb, 0x18)
-                (incompat,) = struct.unpack_from("<I", sb, 0x60)
-                blocks_hi = struct.unpack_from("<I", sb, 0x150)[0] if incompat & 0x80 else 0
-                return int(((blocks_hi << 32) | blocks_lo) * (1024 << log_block_size))
-        if head[:4] == b"XFSB":
-            (block_size,) = struct.unpack_from(">I", head, 4)
-            (data_blocks,) = struct.unpack_from(">Q", head, 8)
-            return int(block_size * data_blocks)
-        return None
+        geometry = _geometry(device)
+        return None if geometry is None else geometry[0] * geometry[1]
 
     def grow_offline(self, device: str, fs_type: str) -> None:
         if fs_type != "ext4":

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import os
 import re
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from csi_hostpath.system.base import CommandError, MountEntry
+from csi_hostpath.system.errors import command_error, syscall_error
 from csi_hostpath.system.runner import run
 
 # Logged under the name the layer had before it was split into modules.
@@ -112,9 +114,10 @@ def topmost(records: Sequence[MountRecord], mount_point: str) -> MountEntry | No
 #                                     per-mount flags mountinfo shows for DIR>, NULL)
 #   umount [-l] DIR                →  umount2(DIR, 0 or MNT_DETACH)
 # Anything else (a filesystem option not in _FS_DATA_OPTIONS, userspace options, a source that is
-# not a block device, a mount libmount tracks in utab) goes to the tool, and so does every call the
-# kernel refuses: the tool then fails the same way and raises the same CommandError, with mount(8)'s
-# own message.
+# not a block device, a mount libmount tracks in utab) goes to the tool, and so does every mount the
+# kernel refuses: mount(8) may still succeed (it retries a write-protected device read-only), and
+# when it fails too, its CommandError carries mount(8)'s message and the type of the kernel's errno.
+# An unmount the kernel refuses is not retried with umount(8), which would only fail the same way.
 
 MS_RDONLY = 0x1
 MS_NOSUID = 0x2
@@ -262,24 +265,18 @@ def _in_utab(path: str) -> bool:
 
 
 def _fast_mount(device: str, target: str, fs_type: str, options: Sequence[str]) -> bool:
+    """mount(2) as mount(8) would call it; False when the call is the tool's to make. OSError
+    when the kernel refuses."""
     arguments = mount_arguments(fs_type, options)
     if arguments is None or fs_type not in _FAST_FS_TYPES or not _is_block_device(device):
         return False
     flags, data = arguments
-    try:
-        sys_mount(os.path.realpath(device), os.path.realpath(target), fs_type, flags, data)
-    except OSError as exc:
-        log.debug("%s; leaving it to mount(8)", exc)
-        return False
+    sys_mount(os.path.realpath(device), os.path.realpath(target), fs_type, flags, data)
     return True
 
 
 def _fast_bind(source: str, target: str) -> bool:
-    try:
-        sys_mount(os.path.realpath(source), os.path.realpath(target), None, MS_BIND)
-    except OSError as exc:
-        log.debug("%s; leaving it to mount(8)", exc)
-        return False
+    sys_mount(os.path.realpath(source), os.path.realpath(target), None, MS_BIND)
     return True
 
 
@@ -294,44 +291,67 @@ def _fast_remount_read_only(target: str) -> bool:
         if bit is None:  # a per-mount flag this table does not know: keep mount(8)'s merge
             return False
         flags |= bit
-    try:
-        sys_mount(None, path, None, flags)
-    except OSError as exc:
-        log.debug("%s; leaving it to mount(8)", exc)
-        return False
+    sys_mount(None, path, None, flags)
     return True
 
 
-def _fast_unmount(path: str, lazy: bool) -> bool:
-    if _in_utab(path):
-        return False
+def _fast_or_tool(fast: Callable[[], bool], argv: list[str]) -> None:
+    """The fast call, else the tool; a tool that fails after the kernel refused the fast call
+    raises the type of the kernel's errno, with the tool's message."""
+    refused: int | None = None
     try:
-        sys_umount(path, MNT_DETACH if lazy else 0)
+        if fast():
+            return
     except OSError as exc:
-        log.debug("%s; leaving it to umount(8)", exc)
-        return False
-    return True
+        log.debug("%s; leaving it to %s", exc, argv[0])
+        refused = exc.errno
+    run(argv, errno=refused)
+
+
+def _unmount(path: str, lazy: bool) -> None:
+    flags = MNT_DETACH if lazy else 0
+    if not _in_utab(path):
+        try:
+            sys_umount(path, flags)
+        except OSError as exc:
+            raise syscall_error("umount2", path, exc) from exc
+        return
+    try:
+        run(["umount", "-l", path] if lazy else ["umount", path])
+    except CommandError as exc:
+        # umount(8)'s exit status says only that it failed; the kernel says why.
+        try:
+            sys_umount(path, flags)
+        except OSError as again:
+            raise command_error(
+                exc.argv, exc.returncode, exc.stdout, exc.stderr, errno=again.errno
+            ) from exc
+        log.debug("umount(8) failed (%s), umount2(2) did not; %s is unmounted", exc, path)
 
 
 class LinuxMounts:
     def mount(self, device: str, target: str, fs_type: str, options: Sequence[str]) -> None:
-        if _fast_mount(device, target, fs_type, options):
-            return
         argv = ["mount", "-t", fs_type]
         if options:
             argv += ["-o", ",".join(options)]
-        run([*argv, device, target])
+        _fast_or_tool(
+            functools.partial(_fast_mount, device, target, fs_type, options),
+            [*argv, device, target],
+        )
 
     def bind(self, source: str, target: str, *, read_only: bool) -> None:
-        if not _fast_bind(source, target):
-            run(["mount", "--bind", source, target])
+        _fast_or_tool(
+            functools.partial(_fast_bind, source, target), ["mount", "--bind", source, target]
+        )
         if not read_only:
             return
         # A bind can't be made read-only in the same call; if the remount fails, don't leave a
         # writable bind behind where a read-only one was asked for.
         try:
-            if not _fast_remount_read_only(target):
-                run(["mount", "-o", "remount,bind,ro", target])
+            _fast_or_tool(
+                functools.partial(_fast_remount_read_only, target),
+                ["mount", "-o", "remount,bind,ro", target],
+            )
         except CommandError:
             run(["umount", target])
             raise
@@ -341,8 +361,7 @@ class LinuxMounts:
         if self.find(path) is None:
             return
         try:
-            if not _fast_unmount(path, lazy):
-                run(["umount", "-l", path] if lazy else ["umount", path])
+            _unmount(path, lazy)
         except CommandError:
             if self.find(path) is None:  # someone else unmounted it meanwhile
                 return

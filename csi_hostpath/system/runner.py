@@ -1,7 +1,9 @@
 """The one way this driver runs an external command.
 
 Every tool call goes through :func:`run`, so every call has an argv list (never a shell), a timeout,
-and a typed :class:`CommandError` that says what ran and what it printed.
+and a typed :class:`CommandError` that says what ran and what it printed. The type comes from how
+the tool ended (TimedOut; NotFound or NotPermitted when it could not even start, from exec's
+errno), or from the kernel's errno a caller passes in, never from the tool's words.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
 
-from csi_hostpath.system.base import CommandError
+from csi_hostpath.system.errors import TimedOut, command_error
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +39,18 @@ def _text(data: str | bytes | None) -> str:
     return data
 
 
-def run(argv: Sequence[str], *, timeout: float = 60.0, input: str | None = None) -> str:
-    """Run argv and return its stdout; raise CommandError on a non-zero exit or a timeout."""
+def run(
+    argv: Sequence[str],
+    *,
+    timeout: float = 60.0,
+    input: str | None = None,
+    errno: int | None = None,
+) -> str:
+    """Run argv and return its stdout; raise CommandError on a non-zero exit or a timeout.
+
+    errno: what the kernel answered when the caller tried the same thing with a system call
+    first; a failure of the tool is then typed by it (the tool's exit status can't say why).
+    """
     args = [str(arg) for arg in argv]
     if not args:
         raise ValueError("run() needs a command")
@@ -71,13 +83,13 @@ def run(argv: Sequence[str], *, timeout: float = 60.0, input: str | None = None)
                 env=_env(),
             )
     except subprocess.TimeoutExpired as exc:
-        raise CommandError(args, None, _text(exc.stdout), _text(exc.stderr)) from exc
+        raise TimedOut(args, None, _text(exc.stdout), _text(exc.stderr)) from exc
     except OSError as exc:
         # Tool missing or not executable: report it as a failed command, not a bare OSError,
         # so callers handle one error type for "the tool did not do its job".
-        raise CommandError(args, _NOT_FOUND, "", str(exc)) from exc
+        raise command_error(args, _NOT_FOUND, "", str(exc), errno=exc.errno) from exc
     if proc.returncode != 0:
-        raise CommandError(args, proc.returncode, proc.stdout, proc.stderr)
+        raise command_error(args, proc.returncode, proc.stdout, proc.stderr, errno=errno)
     return proc.stdout
 
 

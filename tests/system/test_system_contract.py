@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from csi_hostpath.system.base import CommandError, NoSpace
+from csi_hostpath.system.base import CommandError, NoSpace, ResourceBusy
 from csi_hostpath.system.extents import data_extents
 from csi_hostpath.system.fake import fake_system
 from tests.needs import FS_TOOLS, skip_unless_tools
@@ -488,8 +488,9 @@ def test_unmount_busy_parent_needs_lazy(env: Env) -> None:
     child = os.path.join(staging, "child")
     os.mkdir(child)
     mounts.bind(env.dir("elsewhere"), child, read_only=False)
-    with pytest.raises(CommandError):
+    with pytest.raises(ResourceBusy) as busy:  # typed by the kernel's EBUSY, not by umount's words
         mounts.unmount(staging)
+    assert busy.value.errno == errno.EBUSY
     assert mounts.find(staging) is not None
     mounts.unmount(staging, lazy=True)
     assert mounts.find(staging) is None
