@@ -43,6 +43,11 @@ class TopologyUnsatisfiable(DriverError):
     pass
 
 
+class SourceElsewhere(TopologyUnsatisfiable):
+    """A restore or clone asked on a node whose local pool lacks the source (RESOURCE_EXHAUSTED,
+    so the provisioner reschedules)."""
+
+
 class NodeVolumeLimit(DriverError):
     pass
 

@@ -8,7 +8,12 @@ import re
 import uuid
 
 VOLUME_ID_PATTERN = re.compile(r"vol-[0-9a-f]{32}")
-SNAPSHOT_ID_PATTERN = re.compile(r"snap-[0-9a-f]{32}")
+# A snapshot cut from a local pool names its node after "@" (issue 14): a restore asked on
+# another node can then say where the source is, and the provisioner reschedules there. Only
+# node names of Kubernetes' own shape are carried (they fit, and hold no "/"); the ID stays
+# within the spec's 128 bytes (5 + 32 + 1 + 80).
+NODE_HOME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
+SNAPSHOT_ID_PATTERN = re.compile(rf"snap-[0-9a-f]{{32}}(@{NODE_HOME_PATTERN.pattern})?")
 # The spec's size limit for strings; names longer than this are refused rather than truncated.
 MAX_STRING_BYTES = 128
 LOOP_TAG_PREFIX = "csihp:"
@@ -18,8 +23,18 @@ def new_volume_id() -> str:
     return f"vol-{uuid.uuid4().hex}"
 
 
-def new_snapshot_id() -> str:
+def new_snapshot_id(home: str | None = None) -> str:
+    """A new snapshot ID; with a home node (local scope), the node is part of it."""
+    if home and NODE_HOME_PATTERN.fullmatch(home):
+        return f"snap-{uuid.uuid4().hex}@{home}"
     return f"snap-{uuid.uuid4().hex}"
+
+
+def snapshot_home(snapshot_id: str) -> str | None:
+    """The node a snapshot ID says it was cut on, if it says."""
+    if not is_snapshot_id(snapshot_id) or "@" not in snapshot_id:
+        return None
+    return snapshot_id.split("@", 1)[1]
 
 
 def is_volume_id(value: str) -> bool:

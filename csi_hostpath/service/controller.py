@@ -42,6 +42,7 @@ from csi_hostpath.service.placement import (
     Capacity,
     TopologyRequirement,
     choose_segment,
+    missing_source,
     serves,
 )
 from csi_hostpath.service.pool_truth import discard, making
@@ -190,11 +191,15 @@ class ControllerService:
                 else None
             )
             if snap is None:
-                raise SnapshotNotFound(f"source snapshot {source.source_id!r} does not exist")
+                raise missing_source(self.config, "snapshot", source.source_id)
             origin = self.store.get_volume(snap.source_volume_id)  # None: deleted, fs unknown
             access.check_source_fs(snap.snapshot_id, origin.fs_type if origin else None, fs_type)
             return self.layout.snapshot_file(snap.snapshot_id), snap.size_bytes
-        volume = self._require_volume(source.source_id)
+        volume = self.store.get_volume(source.source_id) if is_volume_id(source.source_id) else None
+        if volume is None:
+            if not is_volume_id(source.source_id):
+                raise VolumeNotFound(f"source volume {source.source_id!r} does not exist")
+            raise missing_source(self.config, "volume", source.source_id)
         access.check_source_fs(volume.volume_id, volume.fs_type, fs_type)
         return self.layout.volume_file(volume.volume_id), volume.capacity_bytes
 
@@ -315,7 +320,7 @@ class ControllerService:
             if not source.exists():
                 raise VolumeNotFound(f"volume {volume.volume_id} has lost its backing file")
             snapshot = Snapshot(
-                snapshot_id=new_snapshot_id(),
+                snapshot_id=new_snapshot_id(volume.node_id),
                 name=name,
                 source_volume_id=volume.volume_id,
                 size_bytes=volume.capacity_bytes,

@@ -21,7 +21,13 @@ from dataclasses import dataclass, field
 
 from csi_hostpath.config import Config, PoolScope
 from csi_hostpath.core.capacity import Held, promisable, refuse_unpromisable
-from csi_hostpath.core.errors import TopologyUnsatisfiable
+from csi_hostpath.core.errors import (
+    SnapshotNotFound,
+    SourceElsewhere,
+    TopologyUnsatisfiable,
+    VolumeNotFound,
+)
+from csi_hostpath.core.naming import snapshot_home
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.base import System
@@ -53,6 +59,31 @@ def choose_segment(config: Config, requirement: TopologyRequirement | None) -> N
         f"for (preferred {[dict(t) for t in requirement.preferred]}, requisite "
         f"{[dict(t) for t in requirement.requisite]}); the provisioner should reschedule to "
         "one of those nodes"
+    )
+
+
+def missing_source(config: Config, kind: str, source_id: str) -> Exception:
+    """The error for a restore or clone source this pool does not hold.
+
+    In local scope a well-formed ID this pool does not know most likely lives on another node
+    (external-provisioner checks that a clone's source claim exists before it calls, in
+    controller.go getPVCSource), so the answer is RESOURCE_EXHAUSTED and the provisioner
+    reschedules; a snapshot ID names its node, and the message says it."""
+    if config.pool_scope == PoolScope.SHARED:
+        gone = SnapshotNotFound if kind == "snapshot" else VolumeNotFound
+        return gone(f"source {kind} {source_id!r} does not exist")
+    here = f"this node ({config.node_id!r})'s pool does not hold source {kind} {source_id}"
+    if kind == "snapshot":
+        home = snapshot_home(source_id)
+        if home is None or home == config.node_id:
+            return SnapshotNotFound(f"source snapshot {source_id!r} does not exist")
+        return SourceElsewhere(
+            f"{here}: it was cut on node {home!r}. A restore is made on the snapshot's node: "
+            f"schedule the consumer there (nodeAffinity {config.topology_key}={home})"
+        )
+    return SourceElsewhere(
+        f"{here}: a clone is made on its source's node (the node named in the source "
+        "PersistentVolume's nodeAffinity), or the source was deleted"
     )
 
 
