@@ -45,7 +45,7 @@ from csi_hostpath.core.model import (
     NodePublication,
     NodeStaging,
 )
-from csi_hostpath.core.naming import is_volume_id, loop_tag
+from csi_hostpath.core.naming import is_volume_id, loop_tag, node_key
 from csi_hostpath.service.guard import InFlight
 from csi_hostpath.service.node_agent import NodeAgent
 from csi_hostpath.service.node_ephemeral import InlineVolumes, ephemeral_volume_id
@@ -100,7 +100,9 @@ class NodeService:
         )
         self.inline = InlineVolumes(config, store, system, self.mounts, self.inflight)
         self.agent = NodeAgent(config, store, system, layout, self.mounts, self.inflight)
-        self.freezes = Freezes(config.state_dir, system, config.max_freeze_seconds)
+        # Freeze records in the pool: they must outlive a lost state directory.
+        frozen = layout.root / "frozen" / node_key(self.node_id)
+        self.freezes = Freezes(config.state_dir, system, config.max_freeze_seconds, frozen)
         self.repair = NodeRepair(
             self.node_id, store, system, layout, self.mounts, self.inline, self.agent
         )

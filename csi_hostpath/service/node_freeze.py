@@ -4,8 +4,9 @@ A snapshot or clone of a mounted volume freezes its filesystem (FIFREEZE) so the
 backing file holds every acknowledged write. A frozen filesystem hangs every writer in D state,
 and the kernel keeps it frozen when the process that froze it dies. So:
 
-- the freeze is recorded (STATE/frozen/<volume>.json: mount point, pid, time; fsync'd) before
-  FIFREEZE, and the record is removed only after the thaw;
+- the freeze is recorded (POOL/frozen/<node-key>/<volume>.json: mount point, pid, time;
+  fsync'd) before FIFREEZE, and the record is removed only after the thaw; the pool, not the
+  state directory, so that a restart on a lost state directory still finds it;
 - every start thaws whatever is recorded as frozen, first (FITHAW's EINVAL: it wasn't frozen);
 - FIFREEZE's EBUSY means "already frozen" (a previous incarnation, or an operator's fsfreeze):
   thaw, then freeze again once;
@@ -41,6 +42,14 @@ log = logging.getLogger("csi_hostpath.service.node")
 TEST_HOLD_ENV = "CSI_HOSTPATH_TEST_HOLD_FROZEN_SECONDS"
 
 
+def _read_record(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 @dataclass
 class _Held:
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -49,8 +58,16 @@ class _Held:
 
 
 class Freezes:
-    def __init__(self, state_dir: Path, system: System, max_seconds: float) -> None:
-        self.dir = state_dir / "frozen"
+    """records: where freeze records are written. The node plugin passes a directory in the pool
+    (POOL/frozen/<node-key>/), which survives a lost, truncated or mistyped state directory; a
+    record kept only in STATE went with it, and the restart left the filesystem frozen. Records
+    an older version left in STATE/frozen are still thawed on start."""
+
+    def __init__(
+        self, state_dir: Path, system: System, max_seconds: float, records: Path | None = None
+    ) -> None:
+        self.dir = records or state_dir / "frozen"
+        self._old_dirs = [d for d in (state_dir / "frozen",) if d != self.dir]
         self.system = system
         self.max_seconds = max_seconds
 
@@ -71,11 +88,7 @@ class Freezes:
 
     def recorded(self, volume_id: str) -> dict[str, Any] | None:
         """The freeze record of a volume, if its filesystem is (or may be) frozen."""
-        try:
-            data = json.loads(self._path(volume_id).read_bytes())
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
+        return _read_record(self._path(volume_id))
 
     # ----- the kernel steps -----
     def _thaw(self, mount_point: str) -> bool:
@@ -119,11 +132,10 @@ class Freezes:
     def thaw_recorded(self) -> None:
         """At start, before anything else: thaw every filesystem a previous incarnation left
         frozen. A record stays only if its thaw fails (and is retried on the next start)."""
-        if not self.dir.is_dir():
-            return
-        for path in sorted(self.dir.glob("*.json")):
+        paths = [p for d in (self.dir, *self._old_dirs) if d.is_dir() for p in d.glob("*.json")]
+        for path in sorted(paths):
             volume_id = path.stem
-            data = self.recorded(volume_id) if is_volume_id(volume_id) else None
+            data = _read_record(path) if is_volume_id(volume_id) else None
             if data is None:
                 path.unlink(missing_ok=True)
                 continue
@@ -147,7 +159,7 @@ class Freezes:
                     data.get("pid"),
                     time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(data.get("at", 0)))),
                 )
-            self._clear(volume_id)
+            path.unlink(missing_ok=True)
 
     # ----- a freeze held for a copy -----
     @contextmanager

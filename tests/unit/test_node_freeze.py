@@ -67,3 +67,22 @@ def test_the_watchdog_thaws_and_the_copy_is_aborted(tmp_path: Path) -> None:
         time.sleep(0.5)
         assert not kernel.is_frozen(mount_point), "thawed while the copy still runs"
     assert freezes.recorded(VOL) is None
+
+
+def test_records_live_in_the_given_directory_and_old_state_records_are_still_thawed(
+    tmp_path: Path,
+) -> None:
+    """The node plugin keeps its records in the pool (they outlive a lost state directory);
+    a record an older version left in STATE/frozen is thawed on start all the same."""
+    system, kernel, mount_point = _mounted(tmp_path)
+    old = Freezes(tmp_path / "state", system, 30)
+    old._record(VOL, mount_point)
+    system.fs.freeze(mount_point)
+    records = tmp_path / "pool" / "frozen" / "node"
+    new = Freezes(tmp_path / "state", system, 30, records)
+    new.thaw_recorded()
+    assert not kernel.is_frozen(mount_point) and old.recorded(VOL) is None
+    with new.hold(VOL, mount_point):
+        assert (records / f"{VOL}.json").exists()
+        assert not (tmp_path / "state" / "frozen" / f"{VOL}.json").exists()
+    assert not kernel.is_frozen(mount_point) and new.recorded(VOL) is None

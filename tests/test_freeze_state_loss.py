@@ -1,0 +1,70 @@
+"""Issue 11 cases 2 and 3 together, on real devices: a node plugin killed -9 while a snapshot
+holds a volume's filesystem frozen, then restarted on an empty state directory (a new or
+mistyped --state-dir, a hostPath that came back empty), still thaws it. The freeze record must
+survive what the state directory does not: it lives in the pool, beside the node's heartbeat.
+
+On the old code the record lived in STATE/frozen, went with the state directory, and the
+restarted plugin left the filesystem frozen (its pod's writes hung in D state) until something
+happened to snapshot that same volume again.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from csi_hostpath.service.node_freeze import TEST_HOLD_ENV
+from tests.test_freeze import _staged, _wait_for, always_thawed, snapshot, writes_within
+
+pytestmark = pytest.mark.real
+
+
+@pytest.mark.parametrize("loss", ["empty", "truncated"])
+def test_kill_9_while_frozen_then_empty_state_still_thaws(
+    spawn: Any, workdir: Path, monkeypatch: pytest.MonkeyPatch, loss: str
+) -> None:
+    pool = ["--pool-dir", str(workdir / "pool")]  # apart from the state: the pool stays
+    monkeypatch.setenv(TEST_HOLD_ENV, "600")  # the first incarnation holds its freeze
+    handle, client = spawn("frz", *pool)
+    monkeypatch.delenv(TEST_HOLD_ENV)
+    vol, staging = _staged(client, workdir, "frz")
+    with always_thawed(staging):
+
+        def call() -> None:
+            with pytest.raises(grpc.RpcError):  # the kill ends the call
+                snapshot(client, vol.volume_id, "snap")
+
+        caller = threading.Thread(target=call)
+        caller.start()
+        _wait_for(lambda: "holding" in handle.log(), 30, "the freeze")
+        assert not writes_within(staging, 1), "the filesystem is frozen by the snapshot"
+        handle.kill(signal.SIGKILL)
+        caller.join(30)
+        client.close()
+        state = workdir / "frz-state"
+        if loss == "empty":
+            shutil.rmtree(state)
+        else:
+            (state / "state.db").write_bytes(b"")
+            for suffix in ("-wal", "-shm"):
+                (state / f"state.db{suffix}").unlink(missing_ok=True)
+
+        started = time.monotonic()
+        client = handle.start()
+        try:
+            # No snapshot retry first: the start alone must thaw it.
+            assert writes_within(staging, 5), "the restart on lost state left it frozen"
+            assert time.monotonic() - started < 30
+            assert "thawed" in handle.log()
+            snap = snapshot(client, vol.volume_id, "snap")
+            assert snap.ready_to_use
+            assert writes_within(staging, 5), "the retried snapshot thawed what it froze"
+        finally:
+            client.close()
