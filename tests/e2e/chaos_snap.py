@@ -23,6 +23,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from csi_hostpath import requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
@@ -77,32 +78,29 @@ class Pool:
         return lost
 
 
-def list_volumes(plugin: Plugin) -> set[str]:
+def _ids(plugin: Plugin, method: str, request: type, entry: Callable[[Any], str]) -> set[str]:
+    """Every ID a paginated list RPC of the controller answers, page by page."""
     found: set[str] = set()
     token = ""
     while True:
-        page = plugin.call(
-            "controller", "ListVolumes", pb.ListVolumesRequest(max_entries=50, starting_token=token)
-        )
-        found |= {e.volume.volume_id for e in page.entries}
+        page = plugin.call("controller", method, request(max_entries=50, starting_token=token))
+        found |= {entry(e) for e in page.entries}
         token = page.next_token
         if not token:
             return found
+
+
+def list_volumes(plugin: Plugin) -> set[str]:
+    return _ids(plugin, "ListVolumes", pb.ListVolumesRequest, lambda e: e.volume.volume_id)
 
 
 def list_snapshots(plugin: Plugin) -> set[str]:
-    found: set[str] = set()
-    token = ""
-    while True:
-        page = plugin.call(
-            "controller",
-            "ListSnapshots",
-            pb.ListSnapshotsRequest(max_entries=50, starting_token=token),
-        )
-        found |= {e.snapshot.snapshot_id for e in page.entries}
-        token = page.next_token
-        if not token:
-            return found
+    return _ids(
+        plugin,
+        "ListSnapshots",
+        pb.ListSnapshotsRequest,
+        lambda e: e.snapshot.snapshot_id,
+    )
 
 
 def restore_steps(
@@ -283,4 +281,7 @@ class SnapNode:
         )  # fmt: skip
 
     def freeze_records(self) -> list[str]:
-        return sorted(p.name for p in (self.plugin.state_dir / "frozen").glob("*.json"))
+        """Freeze records left anywhere: the pool (POOL/frozen/<node-key>/) and the state
+        directory (where older versions kept them)."""
+        places = [self.pool.root / "frozen", self.plugin.state_dir / "frozen"]
+        return sorted(str(p) for d in places for p in d.rglob("*.json"))
