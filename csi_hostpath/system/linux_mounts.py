@@ -11,6 +11,7 @@ import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from csi_hostpath.system import linux_statmount
 from csi_hostpath.system.base import CommandError, MountEntry
 from csi_hostpath.system.errors import command_error, syscall_error
 from csi_hostpath.system.runner import run
@@ -22,6 +23,8 @@ log = logging.getLogger("csi_hostpath.system.linux")
 
 _OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
 MOUNTINFO = "/proc/self/mountinfo"
+# False once the kernel has said it has no statmount(2) or no unique mount IDs.
+_statmount_works = True
 # id, parent, major:minor, root, mount point, options, "-", type, source, super options
 _MOUNTINFO_MIN_FIELDS = 10
 
@@ -83,13 +86,29 @@ def escape_mountinfo(path: str) -> str:
 
 
 def read_mountinfo_at(mount_point: str) -> list[MountRecord]:
-    """The records of read_mountinfo() whose mount point is mount_point, without parsing the
-    others: a find costs the same with 10 mounts on the node or with 1000."""
+    """The records of read_mountinfo() whose mount point is mount_point. Only those lines are
+    parsed, but the kernel still prints, and this still reads and splits, a line for every mount
+    in the namespace: the cost grows with the number of mounts on the node. find_mount() asks
+    the kernel for the one mount instead, and comes here only when it can't."""
     wanted = os.fsencode(escape_mountinfo(mount_point))
     with open(MOUNTINFO, "rb") as handle:
         text = handle.read()
     lines = [line for line in text.split(b"\n") if line.split(b" ", 5)[4:5] == [wanted]]
     return parse_mountinfo(b"\n".join(lines).decode("utf-8", errors="surrogateescape"))
+
+
+def find_mount(path: str) -> MountEntry | None:
+    """The topmost mount at path (resolved), or None: statx(2) + statmount(2), two syscalls
+    whatever the number of mounts; read_mountinfo_at() where the kernel can't answer so."""
+    global _statmount_works  # noqa: PLW0603 - learnt once per process
+    if _statmount_works:
+        try:
+            return linux_statmount.find(path)
+        except linux_statmount.Unsupported as exc:
+            if exc.kernel_wide:
+                _statmount_works = False
+            log.debug("%s; reading mountinfo", exc)
+    return topmost(read_mountinfo_at(path), path)
 
 
 def topmost(records: Sequence[MountRecord], mount_point: str) -> MountEntry | None:
@@ -282,7 +301,7 @@ def _fast_bind(source: str, target: str) -> bool:
 
 def _fast_remount_read_only(target: str) -> bool:
     path = os.path.realpath(target)
-    entry = topmost(read_mountinfo_at(path), path)
+    entry = find_mount(path)
     if entry is None:
         return False
     flags = MS_REMOUNT | MS_BIND | MS_RDONLY
@@ -368,8 +387,7 @@ class LinuxMounts:
             raise
 
     def find(self, target: str) -> MountEntry | None:
-        path = os.path.realpath(target)
-        return topmost(read_mountinfo_at(path), path)
+        return find_mount(os.path.realpath(target))
 
     def list(self) -> list[MountEntry]:
         return [record.entry for record in read_mountinfo()]

@@ -17,13 +17,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from csi_hostpath.system import linux_loop
+from csi_hostpath.system import linux_loop, linux_mounts, linux_statmount
 from csi_hostpath.system.linux import (
     LO_FLAGS_DIRECT_IO,
     LOOP_CONFIGURE,
     LinuxFs,
     LinuxLoop,
+    LinuxMounts,
     parse_mountinfo,
+    read_mountinfo,
     topmost,
     unescape_mountinfo,
 )
@@ -132,6 +134,46 @@ def test_find_and_attach_scan_no_loop_devices(
     real_loop.detach(second.path)
     assert real_loop.find(tag_prefix + "second") is None
     assert scans == []
+
+
+@real
+def test_find_asks_the_kernel_for_one_mount(
+    real_loop: LinuxLoop, work_dir: Path, tag_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 16: find read and split all of /proc/self/mountinfo for every lookup, so a node
+    # call's cost grew with the mounts on the node. Now statx + statmount answer for one mount,
+    # and must give exactly what the mountinfo line gives, for every kind of mount the driver
+    # makes: a filesystem with per-mount flags, a read-only bind, a block device bound on a file,
+    # a stacked mount, and a path the kernel escapes in mountinfo.
+    mounts, fs = LinuxMounts(), LinuxFs()
+    device = real_loop.attach(_sparse(work_dir, "vol", 64 * MiB), tag_prefix + "vol")
+    fs.mkfs(device.path, "ext4")
+    staging = work_dir / "staging dir\\x"
+    bound, node, stacked = work_dir / "bound", work_dir / "dev", work_dir / "stacked"
+    for directory in (staging, bound, stacked):
+        directory.mkdir()
+    node.touch()
+    mounts.mount(device.path, str(staging), "ext4", ["nosuid", "nodev", "noexec", "noatime"])
+    mounts.bind(str(staging), str(bound), read_only=True)
+    mounts.bind(device.path, str(node), read_only=False)
+    mounts.bind(str(staging), str(stacked), read_only=False)
+    mounts.bind(str(bound), str(stacked), read_only=True)
+    points = [str(p) for p in (staging, bound, node, stacked)]
+    records = read_mountinfo()
+    for point in points:
+        expected = topmost(records, point)
+        assert expected is not None
+        assert linux_statmount.find(point) == expected
+    assert linux_statmount.find(str(work_dir)) is None
+    assert linux_statmount.find(str(work_dir / "missing")) is None
+
+    def no_mountinfo(*args: object) -> None:
+        raise AssertionError("find read /proc/self/mountinfo")
+
+    monkeypatch.setattr(linux_mounts, "read_mountinfo_at", no_mountinfo)
+    monkeypatch.setattr(linux_mounts, "read_mountinfo", no_mountinfo)
+    assert [mounts.find(point) for point in points] == [topmost(records, p) for p in points]
+    assert mounts.find(str(work_dir)) is None
 
 
 WORKERS = 4
