@@ -5,19 +5,27 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conformance.sanity import Sanity, SanityConfig
+from tests.conftest import Client, in_process
 
 StartSanity = Callable[..., Sanity]
 
 
-@pytest.fixture
-def start_sanity(spawn: Any, workdir: Path) -> Iterator[StartSanity]:
+@pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.real)])
+def start_sanity(
+    request: pytest.FixtureRequest, spawn: Any, workdir: Path
+) -> Iterator[StartSanity]:
     """Start a driver (extra CLI arguments allowed) and hand back csi-sanity's test context.
+
+    Each case runs twice: `[real]`, a `csi-hostpath serve` process on loop devices and mounts
+    (marked real), and `[fake]`, the same CLI arguments served in this process on the fake system
+    layer (no root: `make unit`).
 
     As csi-sanity does before each test, the target (parent) and staging directories are made
     fresh, the directory itself only; afterwards every resource the test made is cleaned up
@@ -25,11 +33,31 @@ def start_sanity(spawn: Any, workdir: Path) -> Iterator[StartSanity]:
     AfterEach). The shared fixtures then stop the driver and clear any mount or loop device
     left below the work directory, whatever happened."""
     made: list[Sanity] = []
+    servers = ExitStack()
+
+    def _serve(*extra: str) -> Client:
+        if request.param == "real":
+            _, client = spawn("sanity", *extra)
+            assert client is not None
+            return client
+        from csi_hostpath.system.fake import FakeKernel, fake_system
+
+        kernel = FakeKernel()
+        return servers.enter_context(
+            in_process(
+                workdir,
+                "sanity",
+                *extra,
+                system=lambda pool: fake_system(pool, kernel=kernel),
+                kernel=kernel,
+            )
+        )
+
+    made: list[Sanity] = []
 
     def _start(*extra: str, config: SanityConfig | None = None) -> Sanity:
         assert not made, "one driver per test, as csi-sanity has one endpoint"
-        _, client = spawn("sanity", *extra)
-        assert client is not None
+        client = _serve(*extra)
         target, staging = workdir / "csi-mount", workdir / "csi-staging"
         target.mkdir()
         staging.mkdir()
@@ -37,16 +65,17 @@ def start_sanity(spawn: Any, workdir: Path) -> Iterator[StartSanity]:
         made.append(ctx)
         return ctx
 
-    yield _start
-    for ctx in made:
-        try:
-            ctx.cleanup()
-        finally:
-            # csi-sanity removes both directories and does not fail on what is left in them;
-            # whatever is mounted there is the shared fixtures' to clear.
-            for path in (ctx.target_path, ctx.staging_path):
-                with contextlib.suppress(OSError):
-                    path.rmdir()
+    with servers:
+        yield _start
+        for ctx in made:
+            try:
+                ctx.cleanup()
+            finally:
+                # csi-sanity removes both directories and does not fail on what is left in
+                # them; whatever is mounted there is the shared fixtures' to clear.
+                for path in (ctx.target_path, ctx.staging_path):
+                    with contextlib.suppress(OSError):
+                        path.rmdir()
 
 
 @pytest.fixture

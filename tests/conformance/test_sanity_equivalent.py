@@ -37,7 +37,6 @@ from tests.conformance.sanity import (
     verify_snapshot_info,
 )
 
-pytestmark = pytest.mark.real
 C = grpc.StatusCode
 RPCType = pb.ControllerServiceCapability.RPC.Type
 NodeRPCType = pb.NodeServiceCapability.RPC.Type
