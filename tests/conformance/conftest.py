@@ -32,14 +32,13 @@ def start_sanity(
     through the driver, newest first, and a failing cleanup fails the test (csi-sanity's
     AfterEach). The shared fixtures then stop the driver and clear any mount or loop device
     left below the work directory, whatever happened."""
-    made: list[Sanity] = []
     servers = ExitStack()
 
     def _serve(*extra: str) -> Client:
         if request.param == "real":
-            _, client = spawn("sanity", *extra)
-            assert client is not None
-            return client
+            _, spawned = spawn("sanity", *extra)
+            assert isinstance(spawned, Client)
+            return spawned
         from csi_hostpath.system.fake import FakeKernel, fake_system
 
         kernel = FakeKernel()
