@@ -118,7 +118,7 @@ def _add_state_command(sub: Any) -> None:
     )
 
 
-def _add_capacity_args(serve: argparse.ArgumentParser) -> None:
+def _add_many_machines_args(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--max-volume-size",
         type=_size,
@@ -132,6 +132,43 @@ def _add_capacity_args(serve: argparse.ArgumentParser) -> None:
         help="sizes of all volumes may reach this many times the pool's room (default 1.0: "
         "never promise a byte the pool can't write); finite, above 0",
     )
+    _add_lost_after(serve)
+
+
+def _add_lost_after(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--node-lost-after",
+        type=_positive_float,
+        default=900.0,
+        help="seconds of node plugin silence after which a local volume's node, and so the "
+        "volume, counts as lost (DeleteVolume then succeeds while that node holds it)",
+    )
+
+
+def _add_operator_commands(sub: Any) -> None:
+    inspect = sub.add_parser("inspect", help="where a volume is in its lifecycle, and why")
+    _add_state_args(inspect)
+    inspect.add_argument("volume")
+    inspect.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_lost_after(inspect)
+    inspect.add_argument(
+        "--node-grace",
+        type=_positive_float,
+        default=60.0,
+        help="a node silent this long (s) counts as gone",
+    )
+
+    doctor = sub.add_parser("doctor", help="check this machine and say what to fix")
+    _add_state_args(doctor)
+    _add_lost_after(doctor)
+    doctor.add_argument("--endpoint", default=None, help="unix:///path.sock to check as well")
+
+    demo = sub.add_parser("demo", help="take a volume through every phase on a running driver")
+    _add_state_args(demo)
+    demo.add_argument("--endpoint", required=True, help="the running driver's unix:// socket")
+    from csi_hostpath.node_cmd import add_node_parser
+
+    add_node_parser(sub, _add_state_args, _positive_float)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -158,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.ALL.value)
     serve.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME)
-    _add_capacity_args(serve)
+    _add_many_machines_args(serve)
     serve.add_argument(
         "--max-volumes-per-node",
         type=_non_negative_int,
@@ -205,25 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="text: key=value lines; json: one JSON object per line",
     )
 
-    inspect = sub.add_parser("inspect", help="where a volume is in its lifecycle, and why")
-    _add_state_args(inspect)
-    inspect.add_argument("volume")
-    inspect.add_argument("--json", action="store_true", help="machine-readable output")
-    inspect.add_argument(
-        "--node-grace",
-        type=_positive_float,
-        default=60.0,
-        help="a node silent this long (s) counts as gone",
-    )
-
-    doctor = sub.add_parser("doctor", help="check this machine and say what to fix")
-    _add_state_args(doctor)
-    doctor.add_argument("--endpoint", default=None, help="unix:///path.sock to check as well")
-
-    demo = sub.add_parser("demo", help="take a volume through every phase on a running driver")
-    _add_state_args(demo)
-    demo.add_argument("--endpoint", required=True, help="the running driver's unix:// socket")
-
+    _add_operator_commands(sub)
     _add_state_command(sub)
 
     ledger = sub.add_parser("ledger", help="read or override the publish ledger")
@@ -307,6 +326,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         fence_interval=args.fence_interval,
         heartbeat_interval=args.heartbeat_interval,
         node_grace=args.node_grace,
+        node_lost_after=args.node_lost_after,
         max_freeze_seconds=args.max_freeze_seconds,
         workers=args.workers,
         metrics_address=args.metrics_address,
@@ -348,6 +368,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from csi_hostpath.volume_cli.main import run
 
         return run(args)
+    if args.command == "node":
+        from csi_hostpath.node_cmd import run as node_run
+
+        return node_run(args, _dirs)
     if args.command == "state":
         from csi_hostpath.state_cmd import rebuild
 
@@ -364,7 +388,7 @@ def doctor_main(args: argparse.Namespace) -> int:
     from csi_hostpath.doctor import diagnose, exit_code, render
 
     state_dir, pool_dir = _dirs(args)
-    findings = diagnose(state_dir, pool_dir, args.endpoint)
+    findings = diagnose(state_dir, pool_dir, args.endpoint, lost_after=args.node_lost_after)
     print(render(findings))
     return exit_code(findings)
 
@@ -390,7 +414,13 @@ def inspect_main(args: argparse.Namespace) -> int:
         return 2
     store = Store(state_dir / "state.db")
     try:
-        phases = inspect_volume(store, PoolLayout(pool_dir), args.volume, args.node_grace)
+        phases = inspect_volume(
+            store,
+            PoolLayout(pool_dir),
+            args.volume,
+            args.node_grace,
+            lost_after=args.node_lost_after,
+        )
     finally:
         store.close()
     if args.json:

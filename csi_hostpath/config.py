@@ -37,6 +37,7 @@ class Config:
     fence_interval: float = 5.0
     heartbeat_interval: float = 2.0
     node_grace: float = 60.0
+    node_lost_after: float = 900.0  # a node silent this long is lost (core/nodeloss.py)
     max_freeze_seconds: float = 30.0  # a snapshot's freeze is thawed by a watchdog after this
     workers: int = 16
     metrics_address: str = ""  # HOST:PORT for Prometheus; "" = no metrics endpoint

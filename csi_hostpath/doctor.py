@@ -19,7 +19,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from csi_hostpath.core.nodeloss import DEFAULT_LOST_AFTER
 from csi_hostpath.doctor_finding import STATUSES, Finding, Status, crashed, guarded
+from csi_hostpath.doctor_lost import check_lost
 from csi_hostpath.doctor_pool import check_pool
 from csi_hostpath.doctor_state import check_lock, check_socket, check_state_dir
 from csi_hostpath.system.linux import LOOP_CONTROL, LOOP_CTL_GET_FREE
@@ -78,7 +80,12 @@ TOOLS: tuple[_Tool, ...] = (
 
 
 def diagnose(
-    state_dir: Path, pool_dir: Path, endpoint: str | None = None, *, path_env: str | None = None
+    state_dir: Path,
+    pool_dir: Path,
+    endpoint: str | None = None,
+    *,
+    path_env: str | None = None,
+    lost_after: float = DEFAULT_LOST_AFTER,
 ) -> list[Finding]:
     """Check this node for the driver; `path_env` is the PATH to look tools up on (default: ours).
 
@@ -104,6 +111,7 @@ def diagnose(
             "socket", lambda: [check_socket(endpoint, state_dir, daemon_running=daemon_running)]
         )
     findings += guarded("pool", lambda: check_pool(pool_dir))
+    findings += guarded("lost-volumes", lambda: check_lost(state_dir, pool_dir, lost_after))
     return findings
 
 

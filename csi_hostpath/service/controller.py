@@ -38,6 +38,7 @@ from csi_hostpath.core.errors import (
 from csi_hostpath.core.model import Capability, ContentSource, Publication, Snapshot, Volume
 from csi_hostpath.core.naming import is_snapshot_id, is_volume_id, new_snapshot_id, new_volume_id
 from csi_hostpath.service.guard import InFlight
+from csi_hostpath.service.nodeloss import loss_of, release_lost
 from csi_hostpath.service.placement import (
     Capacity,
     TopologyRequirement,
@@ -252,7 +253,11 @@ class ControllerService:
             return  # never ours, so already gone
         with self.inflight.hold(volume_id, "DeleteVolume"):
             holders = self.store.publications(volume_id=volume_id)
-            if holders:
+            volume = self.store.get_volume(volume_id)
+            loss = volume and loss_of(volume, self.store, self.layout, self.config.node_lost_after)
+            if volume and loss:  # its node can't give its holds back: revoke them, audited
+                release_lost(self.store, volume, loss)
+            elif holders:
                 raise StillPublished(
                     f"volume {volume_id} is still published to "
                     f"{', '.join(repr(h.node_id) for h in holders)}; unpublish it first"

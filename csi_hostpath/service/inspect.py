@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from csi_hostpath.core.naming import is_volume_id
+from csi_hostpath.core.nodeloss import DEFAULT_LOST_AFTER
+from csi_hostpath.service.nodeloss import loss_of
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import Heartbeat, PoolLayout
 
@@ -40,7 +42,12 @@ def _clock(ts: float) -> str:
 
 
 def inspect_volume(
-    store: Store, layout: PoolLayout, volume_id: str, node_grace: float, now: float | None = None
+    store: Store,
+    layout: PoolLayout,
+    volume_id: str,
+    node_grace: float,
+    now: float | None = None,
+    lost_after: float = DEFAULT_LOST_AFTER,
 ) -> list[Phase]:
     now = time.time() if now is None else now
     volume = store.get_volume(volume_id) if is_volume_id(volume_id) else None
@@ -81,6 +88,18 @@ def inspect_volume(
             )
         )
 
+    loss = loss_of(volume, store, layout, lost_after)
+    if loss is not None:
+        phases.append(
+            Phase(
+                "node",
+                ABNORMAL,
+                f"lives on node {loss.node_id!r}, which is lost",
+                f"{loss.why}; the volume's data was on that node only",
+                "delete the volume (DeleteVolume succeeds while the lost node holds it), then "
+                f"make its claim provisionable again: csi-hostpath node cleanup {loss.node_id}",
+            )
+        )
     beats = {b.node_id: b for b in layout.heartbeats()}
     holders = store.publications(volume_id=volume_id)
     phases.append(_attached(volume_id, holders, beats, node_grace, now))

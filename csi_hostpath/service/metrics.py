@@ -14,6 +14,7 @@ from prometheus_client.registry import Collector
 
 from csi_hostpath.config import Config
 from csi_hostpath.core.naming import loop_tag_prefix
+from csi_hostpath.service.nodeloss import lost_volumes
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.identity_adopt import quarantined_files
 from csi_hostpath.store.pool import PoolLayout
@@ -76,6 +77,13 @@ class StateCollector(Collector):
             "stuck on a node that may be gone (waiting is safe; force-detach is a decision)",
         )
         g.add_metric([], stale)
+        yield g
+        g = GaugeMetricFamily(
+            f"{PREFIX}_lost_volumes",
+            "Volumes whose node is lost (forgotten by an operator, or silent past "
+            "--node-lost-after): their data was on that node only",
+        )
+        g.add_metric([], len(lost_volumes(self.store, self.layout, self.config.node_lost_after)))
         yield g
         audit = self.store.audit_counts()
         for action, name, text in (
