@@ -1,4 +1,5 @@
-"""The one table from domain errors to gRPC status codes, and the edge that applies it."""
+"""The one table from domain errors to gRPC status codes, and the edge that applies it (after
+checking the request's REQUIRED fields, api/required.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 
+from csi_hostpath.api import required
 from csi_hostpath.core import errors
 from csi_hostpath.core.fullness import is_disk_full
 from csi_hostpath.system.base import CommandError, NoSpace, ResourceBusy, TimedOut
@@ -70,6 +72,7 @@ def rpc(method: F) -> F:
     @functools.wraps(method)
     def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
         try:
+            required.check(request)
             return method(self, request, context)
         except Exception as exc:  # the edge: everything becomes a status
             if context.code() is not None:  # already aborted deliberately; let it through
@@ -108,6 +111,7 @@ def stream_rpc(method: F) -> F:
     @functools.wraps(method)
     def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
         try:
+            required.check(request)
             yield from method(self, request, context)
         except Exception as exc:  # the edge: everything becomes a status
             if context.code() is not None:
