@@ -75,11 +75,19 @@ def make_cluster(
     """One `--mode controller` plugin and a `--mode node` plugin per node, sharing one pool (the
     Kubernetes deployment of this driver); each node in its own mount namespace."""
 
-    def make(nodes: tuple[str, ...] = ("node-a", "node-b")) -> Cluster:
+    def make(
+        nodes: tuple[str, ...] = ("node-a", "node-b"), controller_flags: tuple[str, ...] = ()
+    ) -> Cluster:
         shared = ["--pool-scope", "shared", "--pool-dir", str(workdir / "pool")]
         beat = ["--heartbeat-interval", HEARTBEAT]
         handle, client = spawn(
-            "ctrl", "--mode", "controller", *shared, *beat, node_id=f"controller-{run_id}"
+            "ctrl",
+            "--mode",
+            "controller",
+            *shared,
+            *beat,
+            *controller_flags,
+            node_id=f"controller-{run_id}",
         )
         controller = Plugin("controller", handle, client)
         plugins.append(controller)

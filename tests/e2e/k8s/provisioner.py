@@ -1,0 +1,103 @@
+"""external-provisioner, modelled on kubernetes-csi/external-provisioner pkg/controller:
+controller.go (Provision, and checkError, which sorts a failed CreateVolume into "in background"
+(retry, the call may still be running), "reschedule" (RESOURCE_EXHAUSTED with a selected node: the
+scheduler picks again) or "finished" (retried after a backoff all the same, by
+sig-storage-lib-external-provisioner)) and topology.go (GenerateAccessibilityRequirements)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import grpc
+
+from csi_hostpath import requests as rq
+from csi_hostpath._pb import csi_pb2 as pb
+from tests.e2e.harness import PV, Node, Plugin
+from tests.e2e.k8s.clock import Backoff, SimClock, workqueue_backoff
+from tests.e2e.k8s.objects import Api
+
+C = grpc.StatusCode
+IN_BACKGROUND = {C.CANCELLED, C.DEADLINE_EXCEEDED, C.UNAVAILABLE, C.ABORTED}
+RPC_TIMEOUT = 60.0
+
+
+@dataclass
+class Claim:
+    name: str
+    cap: pb.VolumeCapability
+    size: int
+    # WaitForFirstConsumer: the scheduler's volume.kubernetes.io/selected-node annotation.
+    selected_node: str = ""
+
+
+@dataclass
+class ExternalProvisioner:
+    api: Api
+    clock: SimClock
+    controller: Plugin
+    nodes: dict[str, Node]  # their NodeGetInfo is what CSINode objects say
+    pending: dict[str, Claim] = field(default_factory=dict)
+    backoff: Backoff = field(default_factory=workqueue_backoff)
+    outcomes: list[str] = field(default_factory=list)
+
+    def claim(self, claim: Claim) -> None:
+        self.pending[claim.name] = claim
+
+    def sync(self) -> None:
+        now = self.clock.now
+        for name, claim in sorted(self.pending.items()):
+            if not self.backoff.allowed(name, now):
+                continue
+            request = rq.create_volume(
+                name, claim.cap, claim.size, requirements=self.requirements(claim)
+            )
+            try:
+                response = self.controller.client.controller.CreateVolume(
+                    request, timeout=RPC_TIMEOUT
+                )
+            except grpc.RpcError as e:
+                state = self.check_error(e.code(), bool(claim.selected_node))
+                self.outcomes.append(f"{name}: {e.code().name} -> {state}")
+                if state == "reschedule":
+                    claim.selected_node = ""  # the scheduler will select again
+                self.backoff.failed(name, now)
+                continue
+            self.backoff.forget(name)
+            del self.pending[name]
+            self.api.pvs[name] = PV(name, response.volume, claim.cap)
+            self.outcomes.append(f"{name}: provisioned")
+
+    @staticmethod
+    def check_error(code: grpc.StatusCode, may_reschedule: bool) -> str:
+        """controller.go checkError."""
+        if code == C.RESOURCE_EXHAUSTED:
+            return "reschedule" if may_reschedule else "finished"
+        return "in background" if code in IN_BACKGROUND else "finished"
+
+    def _topologies(self) -> dict[str, dict[str, str]]:
+        out = {}
+        for name, node in self.nodes.items():
+            info = node.plugin.client.node.NodeGetInfo(pb.NodeGetInfoRequest(), timeout=10)
+            out[name] = dict(info.accessible_topology.segments)
+        return out
+
+    def requirements(self, claim: Claim) -> pb.TopologyRequirement | None:
+        """topology.go GenerateAccessibilityRequirements, without allowedTopologies: requisite
+        is every node's topology for the driver's keys (aggregateTopologies, sorted and without
+        duplicates); preferred starts at the selected node's term (delayed binding) or at a
+        hash of the claim's name (immediate binding, --immediate-topology's default)."""
+        topologies = self._topologies()
+        terms = sorted({tuple(sorted(t.items())) for t in topologies.values() if t})
+        if not terms:
+            return None  # no node has topology keys: no requirement at all
+        if claim.selected_node:
+            mine = tuple(sorted(topologies.get(claim.selected_node, {}).items()))
+            start = terms.index(mine)
+        else:
+            start = int(hashlib.sha256(claim.name.encode()).hexdigest(), 16) % len(terms)
+        preferred = terms[start:] + terms[:start]
+        return pb.TopologyRequirement(
+            requisite=[pb.Topology(segments=dict(t)) for t in terms],
+            preferred=[pb.Topology(segments=dict(t)) for t in preferred],
+        )
