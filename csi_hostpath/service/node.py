@@ -51,6 +51,7 @@ from csi_hostpath.service.node_agent import NodeAgent
 from csi_hostpath.service.node_ephemeral import InlineVolumes, ephemeral_volume_id
 from csi_hostpath.service.node_freeze import Freezes
 from csi_hostpath.service.node_mounts import NodeMounts
+from csi_hostpath.service.node_paths import DriverDirs, check_path
 from csi_hostpath.service.node_repair import NodeRepair
 from csi_hostpath.service.node_tuning import NodeTuning
 from csi_hostpath.store.db import Store
@@ -72,15 +73,6 @@ class VolumeStats:
     used_inodes: int = 0
     abnormal: bool = False
     message: str = ""
-
-
-def check_path(path: str, what: str) -> str:
-    """CO paths are used as given, but never a relative one or one that climbs with '..'."""
-    if not path:
-        raise InvalidRequest(f"{what} is required")
-    if "\x00" in path or not path.startswith("/") or ".." in path.split("/"):
-        raise InvalidRequest(f"{what} must be an absolute path without '..': {path[:200]!r}")
-    return os.path.normpath(path)
 
 
 _TOKEN = re.compile(r"[0-9]{1,18}")
@@ -108,6 +100,10 @@ class NodeService:
         )
         self.tuning = NodeTuning(MutableRecords(layout.root), system.io, config.state_dir)
         self.agent.fence_pass_hooks.append(self._retune)
+        # Where the CO's staging and target paths may never resolve to (node_paths.py).
+        self.paths = DriverDirs(
+            {"state directory": config.state_dir, "pool directory": config.pool_dir}
+        )
 
     @property
     def ephemeral_dir(self) -> Path:
@@ -193,14 +189,6 @@ class NodeService:
         return generation
 
     # ----- stage -----
-    def _outside_state(self, path: str, what: str) -> str:
-        """The CO's paths never lie inside the driver's own state directory (where inline
-        volumes and the store live)."""
-        state = str(self.config.state_dir).rstrip("/") + "/"
-        if path.startswith(state) or path == state.rstrip("/"):
-            raise InvalidRequest(f"{what} {path} is inside the driver's state directory")
-        return path
-
     def stage(
         self,
         volume_id: str,
@@ -211,9 +199,7 @@ class NodeService:
     ) -> None:
         if not volume_id:
             raise InvalidRequest("volume_id is required")
-        staging_path = self._outside_state(
-            check_path(staging_path, "staging_target_path"), "staging_target_path"
-        )
+        staging_path = self.paths.guard(staging_path, "staging_target_path")
         access.check_capability(cap)
         with self.inflight.hold(volume_id, "NodeStageVolume"):
             backing = self._backing_file(volume_id)
@@ -355,7 +341,7 @@ class NodeService:
     ) -> None:
         if not volume_id:
             raise InvalidRequest("volume_id is required")
-        target_path = self._outside_state(check_path(target_path, "target_path"), "target_path")
+        target_path = self.paths.guard(target_path, "target_path")
         access.check_capability(cap)
         if (volume_context or {}).get(EPHEMERAL_KEY) == "true":
             self.inline.publish(

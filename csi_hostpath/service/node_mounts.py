@@ -3,6 +3,7 @@ it down again. Idempotent: each step first looks at what the kernel already has.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from contextlib import suppress
@@ -19,6 +20,7 @@ from csi_hostpath.core.errors import (
 )
 from csi_hostpath.core.model import AccessType, Capability, NodeStaging
 from csi_hostpath.core.naming import loop_tag, node_key
+from csi_hostpath.service.node_paths import create_file_nofollow, refuse_symlink
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.base import (
@@ -31,6 +33,10 @@ from csi_hostpath.system.base import (
 
 # One logger for all of the node plugin, named as before it was split into modules.
 log = logging.getLogger("csi_hostpath.service.node")
+
+# A bind of a block device node shows the filesystem /dev is: devtmpfs on a host, a tmpfs in a
+# container whose runtime populated /dev (a kind node).
+DEVICE_NODE_FS = ("devtmpfs", "tmpfs")
 
 # A grown device and its filesystem may differ by less than this without a grow: filesystems
 # round their size down to whole blocks and allocation groups.
@@ -65,13 +71,20 @@ class NodeMounts:
             return legacy if not path.exists() and legacy.exists() else path
         return self.layout.volume_file(s.volume_id)
 
-    @staticmethod
-    def is_ours(entry: MountEntry, device: LoopDevice | None) -> bool:
+    def is_ours(self, entry: MountEntry, device: LoopDevice | None) -> bool:
         """Is this mount the volume's own: its filesystem (a bind shows the same source device)
-        or, for a block volume, a bind of its device node (devtmpfs, root /loopN)?"""
+        or, for a block volume, a bind of its device node? A root named /loopN is not proof (a
+        directory of that name anywhere binds with the same root, and NodeUnpublish took such a
+        foreign mount down): the file mounted there must be the device node itself."""
         if device is None:
             return False
-        return entry.source == device.path or entry.root == f"/{os.path.basename(device.path)}"
+        if entry.source == device.path:
+            return True
+        return (
+            entry.root == f"/{os.path.basename(device.path)}"
+            and entry.fs_type in DEVICE_NODE_FS
+            and self.system.devices.is_node(entry.mount_point, device.path)
+        )
 
     def unmount(self, path: str, *, lazy: bool = False) -> None:
         try:
@@ -84,23 +97,26 @@ class NodeMounts:
 
     @staticmethod
     def prepare_dir(path: str, what: str) -> None:
+        refuse_symlink(path, what)
         if os.path.lexists(path) and not os.path.isdir(path):
             raise InvalidRequest(f"{what} {path} exists and is not a directory")
         try:
             os.makedirs(path, exist_ok=True)
         except OSError as e:
             raise InvalidRequest(f"{what} {path} can't be created: {e.strerror}") from e
+        refuse_symlink(path, what)  # swapped in while it was made
 
     @staticmethod
     def prepare_file(path: str, what: str) -> None:
+        refuse_symlink(path, what)
         if os.path.isdir(path):
             raise InvalidRequest(f"{what} {path} is a directory; a block volume needs a file")
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            if not os.path.exists(path):
-                with open(path, "a"):
-                    pass
+            create_file_nofollow(path)
         except OSError as e:
+            if e.errno == errno.ELOOP:
+                refuse_symlink(path, what)
             raise InvalidRequest(f"{what} {path} can't be created: {e.strerror}") from e
 
     def attach(self, volume_id: str, backing: Path, *, read_only: bool = False) -> LoopDevice:

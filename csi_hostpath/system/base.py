@@ -178,6 +178,10 @@ class Devices(Protocol):
     def size(self, device: str) -> int:
         """Size in bytes of a block device (BLKGETSIZE64)."""
 
+    def is_node(self, path: str, device: str) -> bool:
+        """Is the file at path (a bind mount's target, say) the block device node of device:
+        a block special file with the same device number? False when either is missing."""
+
 
 @dataclass(frozen=True, slots=True)
 class System:

@@ -333,6 +333,20 @@ class FakeDevices:
             raise OSError(errno.ENOTTY, os.strerror(errno.ENOTTY), device)
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), device)
 
+    def is_node(self, path: str, device: str) -> bool:
+        # The fake has no device nodes: the node at path is the device when the kernel's
+        # topmost mount there is a bind of that device (FakeMounts.bind records it so).
+        with self._kernel.lock:
+            mount = self._kernel.topmost(os.path.realpath(path))
+            known = self._kernel.device(device)
+            return (
+                mount is not None
+                and known is not None
+                and mount.holds is None
+                and mount.entry.fs_type == "devtmpfs"
+                and mount.entry.root == "/" + os.path.basename(known.path)
+            )
+
 
 def fake_system(
     pool_root: Path, *, capacity_bytes: int = 1 << 40, kernel: FakeKernel | None = None

@@ -403,3 +403,14 @@ class LinuxDevices:
         (size,) = struct.unpack("=Q", raw)
         assert isinstance(size, int)
         return size
+
+    def is_node(self, path: str, device: str) -> bool:
+        try:
+            there, ours = os.stat(path), os.stat(device)
+        except OSError:
+            return False
+        return (
+            stat.S_ISBLK(there.st_mode)
+            and stat.S_ISBLK(ours.st_mode)
+            and there.st_rdev == ours.st_rdev
+        )
