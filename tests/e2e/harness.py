@@ -24,6 +24,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -126,6 +127,8 @@ class Plugin:
         self.handle = handle
         self.client = client
         self.restarts = 0
+        # Run right after each new incarnation answers, before any retry reaches it.
+        self.after_restart: list[Callable[[], None]] = []
         self._lock = threading.Lock()
 
     @property
@@ -172,6 +175,8 @@ class Plugin:
         self.client.close()
         self.client = self.handle.start()
         self.restarts += 1
+        for hook in self.after_restart:
+            hook()
 
     def ensure_running(self) -> bool:
         """What the container runtime does for a crashed plugin: start it again. True if it had

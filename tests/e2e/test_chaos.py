@@ -130,6 +130,7 @@ class Chaos:
     resident_pod: Pod = field(default_factory=lambda: Pod("resident"))
     resident_digest: str = ""
     keeper: str = ""  # a snapshot of the resident's volume, kept to the end
+    frozen_at_restart: list[str] = field(default_factory=list)
 
     @property
     def live(self) -> dict[str, str]:
@@ -337,10 +338,15 @@ class Chaos:
         ]  # fmt: skip
         return [str(p) for k, p in candidates if not k.writable(p, WRITABLE_WITHIN)]
 
+    def probe_after_restart(self) -> None:
+        """Right after a restart, before the step's retry can thaw anything by freezing again
+        (FIFREEZE's EBUSY path): the start alone must have left nothing frozen."""
+        self.frozen_at_restart += self.frozen()
+
     def check_files_and_freezes(self, i: int) -> None:
         """No acknowledged file lost in either pool; nothing left frozen, no freeze record."""
         lost = self.pool.lost(self.cluster.controller) + self.snap.pool.lost(self.snap.plugin)
-        frozen = self.frozen()
+        frozen, self.frozen_at_restart = self.frozen_at_restart + self.frozen(), []
         self.files_lost += len(lost)
         self.left_frozen += len(frozen)
         assert not lost, f"lifecycle {i}: files lost: {lost}"
@@ -399,6 +405,8 @@ def test_chaos_kill_9_during_lifecycles(
     try:
         chaos.start_resident()
         snap.start()
+        for plugin in [*chaos.cluster.plugins(), snap.plugin]:
+            plugin.after_restart.append(chaos.probe_after_restart)
         for i in range(LIFECYCLES):
             chaos.lifecycle(i)
             chaos.restart_all()
