@@ -7,8 +7,9 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable, Iterator
 from concurrent import futures
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -31,6 +32,7 @@ from csi_hostpath.endpoint import claim_endpoint
 from csi_hostpath.service import health as readiness
 from csi_hostpath.service.consistency import ReentrantConsistency
 from csi_hostpath.service.controller import ControllerService
+from csi_hostpath.service.freeze_remote import RemoteFreeze
 from csi_hostpath.service.group_snapshots import GroupSnapshots
 from csi_hostpath.service.metrics import Metrics, build_metrics
 from csi_hostpath.service.modify import ModifyService
@@ -38,6 +40,7 @@ from csi_hostpath.service.node import NodeService
 from csi_hostpath.service.pool_truth import open_pool
 from csi_hostpath.service.snapshot_metadata import SnapshotMetadataService
 from csi_hostpath.store.db import Store
+from csi_hostpath.store.freeze_channel import FreezeChannel
 from csi_hostpath.store.groups import GroupRecords
 from csi_hostpath.store.headroom import Headroom
 from csi_hostpath.store.mutable import MutableRecords
@@ -137,6 +140,31 @@ def _no_freeze(volume_id: str) -> AbstractContextManager[None]:
     return nullcontext()
 
 
+def _freeze_everywhere(
+    config: Config, layout: PoolLayout, node: NodeService | None
+) -> Callable[[str], AbstractContextManager[None]]:
+    """The volume frozen wherever it may be mounted: on this process's own node in-process, and
+    on every other node the lease names through the pool (service/freeze_remote.py)."""
+    channel = FreezeChannel(layout.root)
+    dropped = channel.withdraw_all()  # a starting controller has no copy in flight
+    if dropped:
+        log.warning("repair: withdrew %d freeze request(s) a previous controller left", dropped)
+    remote = RemoteFreeze(
+        layout,
+        channel,
+        config.node_id if node is not None else None,
+        config.node_grace,
+        config.max_freeze_seconds,
+    )
+
+    @contextmanager
+    def both(volume_id: str) -> Iterator[None]:
+        with node.frozen(volume_id) if node else nullcontext(), remote(volume_id):
+            yield
+
+    return both
+
+
 def build_driver(config: Config, system: System | None = None) -> Driver:
     lock = lock_state_dir(config.state_dir)
     claim = None
@@ -153,7 +181,9 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
             system = linux_system(config.pool_dir)
         node = NodeService(config, store, system, layout) if config.serves_node else None
         # Re-entrant, so a group snapshot's freeze of every member covers each member's cut.
-        consistency = ReentrantConsistency(node.frozen if node else _no_freeze)
+        consistency = ReentrantConsistency(
+            _freeze_everywhere(config, layout, node) if config.serves_controller else _no_freeze
+        )
         controller = (
             ControllerService(config, store, system, layout, consistency=consistency)
             if config.serves_controller

@@ -50,11 +50,13 @@ from csi_hostpath.service.guard import InFlight
 from csi_hostpath.service.node_agent import NodeAgent
 from csi_hostpath.service.node_ephemeral import InlineVolumes, ephemeral_volume_id
 from csi_hostpath.service.node_freeze import Freezes
+from csi_hostpath.service.node_freeze_remote import FreezeServer
 from csi_hostpath.service.node_mounts import NodeMounts
 from csi_hostpath.service.node_paths import DriverDirs, check_path
 from csi_hostpath.service.node_repair import NodeRepair
 from csi_hostpath.service.node_tuning import NodeTuning
 from csi_hostpath.store.db import Store
+from csi_hostpath.store.freeze_channel import FreezeChannel
 from csi_hostpath.store.mutable import MutableRecords
 from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.base import FsStats, NotPermitted, System
@@ -95,6 +97,10 @@ class NodeService:
         # Freeze records in the pool: they must outlive a lost state directory.
         frozen = layout.root / "frozen" / node_key(self.node_id)
         self.freezes = Freezes(config.state_dir, system, config.max_freeze_seconds, frozen)
+        # Freezes asked for by a controller in another process, through the pool.
+        self.freeze_server = FreezeServer(
+            self.node_id, store, system, FreezeChannel(layout.root), self.freezes, self.inflight
+        )
         self.repair = NodeRepair(
             self.node_id, store, system, layout, self.mounts, self.inline, self.agent
         )
@@ -118,16 +124,21 @@ class NodeService:
 
     def reconcile(self) -> None:
         # First: a filesystem a crash left frozen hangs its pod's writes until it is thawed.
+        # Before that thaw, a controller's copy under a freeze of the last incarnation is told
+        # the freeze broke.
+        self.freeze_server.break_previous()
         self.freezes.thaw_recorded()
         self.repair.reconcile()
 
     def start_background(self) -> None:
         self.agent.start_background()
+        self.freeze_server.start()
 
     def _retune(self) -> None:
         self.tuning.refresh({s.volume_id: s.device for s in self.store.stagings()})
 
     def stop_background(self) -> None:
+        self.freeze_server.stop()
         self.agent.stop_background()
 
     # ----- helpers -----

@@ -23,7 +23,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,7 +163,11 @@ class Freezes:
 
     # ----- a freeze held for a copy -----
     @contextmanager
-    def hold(self, volume_id: str, mount_point: str) -> Iterator[None]:
+    def hold(
+        self, volume_id: str, mount_point: str, on_expire: Callable[[], None] | None = None
+    ) -> Iterator[None]:
+        """Freeze for the body; on_expire runs in the watchdog before its thaw (a remote
+        holder must learn that the freeze broke before any write can land)."""
         self._record(volume_id, mount_point)
         try:
             self._freeze(volume_id, mount_point)
@@ -171,7 +175,9 @@ class Freezes:
             self._clear(volume_id)
             raise
         held = _Held()
-        watchdog = threading.Timer(self.max_seconds, self._expire, (volume_id, mount_point, held))
+        watchdog = threading.Timer(
+            self.max_seconds, self._expire, (volume_id, mount_point, held, on_expire)
+        )
         watchdog.daemon = True
         watchdog.start()
         try:
@@ -195,7 +201,13 @@ class Freezes:
                 "(--max-freeze-seconds) and was thawed, so the copy is not consistent; retry"
             )
 
-    def _expire(self, volume_id: str, mount_point: str, held: _Held) -> None:
+    def _expire(
+        self,
+        volume_id: str,
+        mount_point: str,
+        held: _Held,
+        on_expire: Callable[[], None] | None = None,
+    ) -> None:
         with held.lock:
             if held.done:
                 return
@@ -207,6 +219,11 @@ class Freezes:
                 volume_id,
                 self.max_seconds,
             )
+            if on_expire is not None:
+                try:
+                    on_expire()
+                except Exception:
+                    log.exception("telling %s's holder that its freeze broke failed", volume_id)
             try:
                 self._thaw(mount_point)
             except Exception:
