@@ -3,8 +3,10 @@ directory is unmounted and every loop device backed by a file below it is detach
 
 from __future__ import annotations
 
+import fcntl
 import glob
 import os
+import struct
 import subprocess
 import time
 from pathlib import Path
@@ -25,16 +27,59 @@ def mounts_under(root: Path) -> list[str]:
     return found
 
 
+def _backing_identity(device: str) -> tuple[int, int] | None:
+    """(lo_device, lo_inode) of a configured loop device, as LOOP_GET_STATUS64 reports them."""
+    try:
+        fd = os.open(device, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        buf = bytearray(232)  # sizeof(struct loop_info64)
+        fcntl.ioctl(fd, 0x4C05, buf, True)  # LOOP_GET_STATUS64
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    kernel_dev, inode = struct.unpack_from("=2Q", buf)
+    major, minor = (kernel_dev >> 8) & 0xFFF, (kernel_dev & 0xFF) | ((kernel_dev >> 12) & 0xFFF00)
+    return os.makedev(major, minor), inode
+
+
+def _files_under(root: Path) -> set[tuple[int, int]]:
+    found: set[tuple[int, int]] = set()
+    top = os.lstat(root).st_dev if root.exists() else None
+    for directory, subdirs, names in os.walk(root):
+        # Never across a mount (a test's rbind of / would make this a walk of the whole host).
+        subdirs[:] = [d for d in subdirs if os.lstat(os.path.join(directory, d)).st_dev == top]
+        for name in names:
+            try:
+                st = os.lstat(os.path.join(directory, name))
+            except OSError:
+                continue
+            found.add((st.st_dev, st.st_ino))
+    return found
+
+
 def loops_backed_under(root: Path) -> list[str]:
+    """Loop devices whose backing file is below root: by the path the kernel reports, or, since
+    that path is the attaching process's view (another mount namespace or root, a container's),
+    by the file's device and inode."""
     prefix = str(root).rstrip("/") + "/"
     found = []
+    files: set[tuple[int, int]] | None = None
     for backing in glob.glob("/sys/block/loop*/loop/backing_file"):
         try:
             path = Path(backing).read_text().strip()
         except OSError:
             continue
+        device = "/dev/" + backing.split("/")[3]
         if path.startswith(prefix):
-            found.append("/dev/" + backing.split("/")[3])
+            found.append(device)
+            continue
+        if files is None:
+            files = _files_under(root)
+        if _backing_identity(device) in files:
+            found.append(device)
     return found
 
 

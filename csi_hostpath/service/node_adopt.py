@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 from csi_hostpath.core.model import AccessMode, AccessType, NodePublication, NodeStaging
@@ -65,10 +66,10 @@ class NodeAdopt:
         self.store = store
         self.system = system
         self.mounts = mounts
-        self.owned_prefixes = (
-            f"{pool_volumes}/",
-            f"{mounts.inline_dir}/",
-            f"{mounts.ephemeral_dir}/",  # inline files made before they moved to the pool
+        self.owned_dirs = (
+            pool_volumes,
+            str(mounts.inline_dir),
+            str(mounts.ephemeral_dir),  # inline files made before they moved to the pool
         )
         # Volume ID -> what was left in place and why; the heartbeat reports it (the agent's).
         self.unclaimed = unclaimed
@@ -78,16 +79,23 @@ class NodeAdopt:
         for device in self.system.loop.list(loop_tag_prefix(self.node_id)):
             vid = volume_id_from_tag(device.tag)
             # A tag names the node, but two plugins misconfigured with one node ID could share
-            # a kernel: only a device backed by this plugin's own pool or ephemeral directory is
-            # this plugin's to look after.
-            if (
-                vid is None
-                or vid in claimed
-                or not device.backing_file.startswith(self.owned_prefixes)
-            ):
+            # a kernel: only a device backed by this plugin's own pool or ephemeral file is this
+            # plugin's to look after. Compared by the file's device and inode, never its path:
+            # the kernel reports the path as the attaching process saw it, and after a restart
+            # in a new container (a kind node's plugin) that is another mount namespace and root.
+            if vid is None or vid in claimed or not self._backed_by_ours(vid, device):
                 continue
             found.append((vid, device))
         return found
+
+    def _backed_by_ours(self, volume_id: str, device: LoopDevice) -> bool:
+        files = [Path(d) / f"{volume_id}.img" for d in self.owned_dirs]
+        if any(device.backed_by(f) for f in files):
+            return True
+        if any(f.exists() for f in files):
+            return False  # our file is another inode: this device is someone else's
+        # The file is gone (removed under the device): only the reported path is left to go by.
+        return device.backing_file.startswith(tuple(f"{d}/" for d in self.owned_dirs))
 
     def users(self, device: LoopDevice) -> list[MountEntry]:
         return [m for m in self.system.mounts.list() if self.mounts.is_ours(m, device)]

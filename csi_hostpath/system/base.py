@@ -7,6 +7,7 @@ constructor and never import either.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,10 +45,24 @@ class LoopDevice:
     """A configured loop device as the kernel reports it."""
 
     path: str  # /dev/loopN
-    backing_file: str  # from /sys/block/loopN/loop/backing_file
+    # From /sys/block/loopN/loop/backing_file: the path as seen from the mount namespace and root
+    # of the process that attached it (after a container restart, "/volumes/<id>.img" or some
+    # other container's path), so it names the file only for display; backing_dev and
+    # backing_inode (LOOP_GET_STATUS64's lo_device, lo_inode) identify it anywhere.
+    backing_file: str
     tag: str  # lo_file_name: "csihp:<node-hash>:<volume-id>" for devices this driver attached
     read_only: bool
     size_bytes: int
+    backing_dev: int = 0  # st_dev of the backing file (0: unknown)
+    backing_inode: int = 0  # st_ino of the backing file (0: unknown)
+
+    def backed_by(self, path: Path) -> bool:
+        """Is this device's backing file the file at path (in this process's view)?"""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == (self.backing_dev, self.backing_inode)
 
 
 @dataclass(frozen=True, slots=True)

@@ -130,7 +130,8 @@ class FakeKernel:
 
     def describe(self, device: _Device) -> LoopDevice:
         backing = device.backing_path
-        if os.fstat(device.fd).st_nlink == 0:
+        st = os.fstat(device.fd)
+        if st.st_nlink == 0:
             backing += " (deleted)"  # what /sys/block/loopN/loop/backing_file shows
         return LoopDevice(
             path=device.path,
@@ -138,6 +139,8 @@ class FakeKernel:
             tag=device.tag,
             read_only=device.read_only,
             size_bytes=device.size_bytes,
+            backing_dev=st.st_dev,
+            backing_inode=st.st_ino,
         )
 
     # -- filesystems ------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import struct
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from csi_hostpath.system.base import LoopDevice
 
@@ -173,8 +174,23 @@ def _open_loop(device: str, mode: int) -> int | None:
         raise
 
 
-def _read_status(device: str) -> tuple[str, int] | None:
-    """(lo_file_name, lo_flags) of a configured device; None when it is not (or no longer)."""
+class _Status(NamedTuple):
+    tag: str  # lo_file_name
+    flags: int  # lo_flags
+    backing_dev: int  # st_dev of the backing file (lo_device), as userspace encodes it
+    backing_inode: int  # lo_inode
+
+
+def _user_dev(kernel_dev: int) -> int:
+    """lo_device is huge_encode_dev(): minor's low byte, major, then minor's high bits."""
+    major = (kernel_dev >> 8) & 0xFFF
+    minor = (kernel_dev & 0xFF) | ((kernel_dev >> 12) & 0xFFF00)
+    return os.makedev(major, minor)
+
+
+def _read_status(device: str) -> _Status | None:
+    """The tag, flags and backing file identity of a configured device; None when it is not (or
+    no longer) configured."""
     fd = _open_loop(device, os.O_RDONLY)
     if fd is None:
         return None
@@ -191,7 +207,8 @@ def _read_status(device: str) -> tuple[str, int] | None:
     fields = LOOP_INFO64.unpack(bytes(buf))
     name, flags = fields[_LO_FILE_NAME_INDEX], fields[_LO_FLAGS_INDEX]
     assert isinstance(name, bytes) and isinstance(flags, int)
-    return name.split(b"\0", 1)[0].decode("utf-8", errors="replace"), flags
+    tag = name.split(b"\0", 1)[0].decode("utf-8", errors="replace")
+    return _Status(tag, flags, _user_dev(int(fields[0])), int(fields[1]))
 
 
 def _read_tag(device: str) -> str | None:
@@ -215,14 +232,19 @@ def _describe(index: int, tag: str) -> LoopDevice | None:
     backing = read_sys(f"{base}/loop/backing_file")
     read_only = read_sys(f"{base}/ro")
     sectors = read_sys(f"{base}/size")
-    if backing is None or read_only is None or sectors is None:
+    status = _read_status(f"/dev/loop{index}")
+    if backing is None or read_only is None or sectors is None or status is None:
         return None
+    if status.tag != tag:
+        return None  # detached and reused by someone else between the reads
     return LoopDevice(
         path=f"/dev/loop{index}",
         backing_file=backing,
         tag=tag,
         read_only=read_only.strip() == "1",
         size_bytes=int(sectors) * 512,
+        backing_dev=status.backing_dev,
+        backing_inode=status.backing_inode,
     )
 
 
