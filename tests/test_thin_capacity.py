@@ -117,3 +117,25 @@ def test_preferred_then_requisite_in_order(fake_driver: Client) -> None:
     # No requirement at all: the volume is this node's, and says so.
     plain = h.create(fake_driver, "plain", h.mount_cap("ext4"), 4 * MiB)
     assert [dict(t.segments) for t in plain.accessible_topology] == [{KEY: "node-a"}]
+
+
+def test_an_expansion_is_promised_like_a_new_volume(fake_driver: Client) -> None:
+    """Failed on the old code: growth was checked against the free space alone, so a 24 MiB
+    volume beside another 24 MiB one grew to 40 MiB in a 64 MiB pool (64 MiB promised in all,
+    past the pool's room); now it is OUT_OF_RANGE, as the spec has for an unsupported size."""
+    cap = h.mount_cap("ext4")
+    a = h.create(fake_driver, "a", cap, 24 * MiB)
+    h.create(fake_driver, "b", cap, 24 * MiB)
+
+    def expand(required: int) -> pb.ControllerExpandVolumeResponse:
+        return fake_driver.controller.ControllerExpandVolume(
+            pb.ControllerExpandVolumeRequest(
+                volume_id=a.volume_id, capacity_range=pb.CapacityRange(required_bytes=required)
+            )
+        )
+
+    err = h.expect_code(C.OUT_OF_RANGE, expand, 40 * MiB)
+    assert "--overcommit-ratio" in (err.details() or "")
+    left = _capacity(fake_driver).available_capacity
+    assert expand(24 * MiB + left // MiB * MiB).capacity_bytes == 24 * MiB + left // MiB * MiB
+    assert _capacity(fake_driver).available_capacity < MiB

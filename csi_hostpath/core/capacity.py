@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from csi_hostpath.core.errors import NoCapacity
+from csi_hostpath.core.errors import DriverError, NoCapacity
 
 POOL_RESERVE_BYTES = 8 << 20
 
@@ -70,9 +70,11 @@ def promisable(
     return max(0, math.floor(room * ratio) - promised)
 
 
-def refuse_unpromisable(size_bytes: int, available: int, ratio: float) -> None:
+def refuse_unpromisable(
+    size_bytes: int, available: int, ratio: float, refused: type[DriverError] = NoCapacity
+) -> None:
     if size_bytes > available:
-        raise NoCapacity(
+        raise refused(
             f"the pool can promise {available} more bytes (free space, minus what existing thin "
             f"volumes may still grow into, times --overcommit-ratio {ratio:g}); "
             f"{size_bytes} bytes were asked for"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from csi_hostpath.config import Config, PoolScope
 from csi_hostpath.core import access, ledger
-from csi_hostpath.core.capacity import POOL_RESERVE_BYTES, refuse_below_reserve
+from csi_hostpath.core.capacity import refuse_below_reserve
 from csi_hostpath.core.context_keys import (
     ACCESS_TYPE_KEY,
     FS_TYPE_KEY,
@@ -413,15 +413,13 @@ class ControllerService:
             )
             path = self.layout.volume_file(volume_id)
             grow_by = size - (self.system.pool.size(path) or 0)
-            if grow_by > self.system.pool.free_bytes() - POOL_RESERVE_BYTES:  # spec: OUT_OF_RANGE
-                raise CapacityOutOfRange(
-                    f"the pool has less than the {grow_by} bytes this growth needs"
-                )
-            self.system.pool.grow(path, size)
-            # The identity follows the size first: the file never says less than the record.
-            grown = identity.volume_identity(volume)
-            identity.write_identity(path, {**grown, "size_bytes": size})
-            self.store.set_capacity(volume_id, size)
+            # The growth is promised as a new volume would be (spec: OUT_OF_RANGE when it can't).
+            with self.capacity.promise(f"grow:{volume_id}", grow_by, CapacityOutOfRange):
+                self.system.pool.grow(path, size)
+                # The identity follows the size first: the file never says less than the record.
+                grown = identity.volume_identity(volume)
+                identity.write_identity(path, {**grown, "size_bytes": size})
+                self.store.set_capacity(volume_id, size)
             log.info("expanded %s from %d to %d bytes", volume_id, volume.capacity_bytes, size)
             # The node must refresh the loop device's size, and grow the filesystem on it.
             return size, True

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from csi_hostpath.config import Config, PoolScope
 from csi_hostpath.core.capacity import Held, promisable, refuse_unpromisable
 from csi_hostpath.core.errors import (
+    DriverError,
+    NoCapacity,
     SnapshotNotFound,
     SourceElsewhere,
     TopologyUnsatisfiable,
@@ -119,12 +121,15 @@ class Capacity:
         return available, min(available, limit) if limit else available
 
     @contextmanager
-    def promise(self, name: str, size_bytes: int) -> Iterator[None]:
-        """Promise size_bytes to the volume being created, for as long as its row is not yet
-        committed; NoCapacity (RESOURCE_EXHAUSTED) when the pool can't promise it."""
+    def promise(
+        self, name: str, size_bytes: int, refused: type[DriverError] = NoCapacity
+    ) -> Iterator[None]:
+        """Promise size_bytes to a volume being created (or grown, by that much), for as long as
+        its row does not say so yet; `refused` (NoCapacity: RESOURCE_EXHAUSTED; an expansion
+        passes CapacityOutOfRange) when the pool can't promise it."""
         with self._lock:
             available, _ = self.available()
-            refuse_unpromisable(size_bytes, available, self.config.overcommit_ratio)
+            refuse_unpromisable(size_bytes, available, self.config.overcommit_ratio, refused)
             self._pending[name] = size_bytes
         try:
             yield
