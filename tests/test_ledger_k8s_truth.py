@@ -22,16 +22,19 @@ import pytest
 from csi_hostpath._pb import csi_pb2 as pb
 from tests import helpers as h
 from tests.test_ledger_multinode import UNSHARE, ledger_cli, mount_points, wait_for
+from tests.test_operator_truth import free_port, metric
 
 pytestmark = pytest.mark.real
 C = grpc.StatusCode
 GRACE = "2"
 
 
-def _cluster(spawn: Any, workdir: Path) -> tuple[Any, Any, Any, Any, Any]:
+def _cluster(spawn: Any, workdir: Path, *ctrl_flags: str) -> tuple[Any, Any, Any, Any, Any]:
     shared = ["--pool-scope", "shared", "--pool-dir", str(workdir / "pool")]
     beat = ["--heartbeat-interval", "0.3", "--node-grace", GRACE]
-    _ctrl, ctrl = spawn("ctrl", "--mode", "controller", *shared, *beat, node_id="controller")
+    _ctrl, ctrl = spawn(
+        "ctrl", "--mode", "controller", *shared, *beat, *ctrl_flags, node_id="controller"
+    )
     flags = ["--mode", "node", *shared, *beat, "--fence-interval", "1"]
     a_proc, a = spawn("node-a", *flags, node_id="node-a", prefix=UNSHARE)
     b_proc, b = spawn("node-b", *flags, node_id="node-b", prefix=UNSHARE)
@@ -103,7 +106,10 @@ def test_the_attachers_reconcile_cannot_undo_a_force_detach(spawn: Any, workdir:
 def test_an_unpublish_without_unstage_is_audited_as_a_revocation(spawn: Any, workdir: Path) -> None:
     """Failed on the old code: the audit said 'unpublish' for the detach that skipped NodeUnstage,
     as for the one that followed it."""
-    ctrl, a_proc, a, _b_proc, _b = _cluster(spawn, workdir)
+    port = free_port()
+    ctrl, a_proc, a, _b_proc, _b = _cluster(
+        spawn, workdir, "--metrics-address", f"127.0.0.1:{port}"
+    )
     cap = h.mount_cap("ext4")
     forced, orderly = (h.create(ctrl, name, cap, 32 * h.MiB) for name in ("tainted", "orderly"))
     stagings = {}
@@ -124,6 +130,8 @@ def test_an_unpublish_without_unstage_is_audited_as_a_revocation(spawn: Any, wor
     assert _audit_actions(workdir, forced.volume_id)[:2] == ["publish", "revoke"]
     audit = ledger_cli(workdir, "audit", "--volume", forced.volume_id).stdout
     assert "without NodeUnstage" in audit and "staged" in audit, audit
+    assert metric(port, "csi_hostpath_revocations_total") == 1
+    assert metric(port, "csi_hostpath_force_detaches_total") == 0
     assert a_proc.proc is not None
     pid = a_proc.proc.pid
     wait_for(lambda: str(stagings[forced.volume_id]) not in mount_points(pid), 10, "node-a's fence")

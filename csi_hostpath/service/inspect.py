@@ -156,7 +156,10 @@ def _attached(
             STUCK,
             "; ".join(parts),
             f"held by {p.node_id} since {_clock(p.published_at)}; {p.node_id} {quiet}",
-            f"waiting is safe; force-detach possible with --reason: csi-hostpath ledger "
+            f"waiting is safe. In Kubernetes, once the node is surely gone: kubectl taint node "
+            f"{p.node_id} node.kubernetes.io/out-of-service=nodeshutdown:NoExecute (the detach "
+            "that follows revokes the hold); for a hold no VolumeAttachment backs, or outside "
+            f"Kubernetes, force-detach possible with --reason: csi-hostpath ledger "
             f"force-detach {volume_id} --node {p.node_id} --reason '...'",
         )
     return Phase("attached", OK, "; ".join(parts))

@@ -88,6 +88,12 @@ class StateCollector(Collector):
         audit = self.store.audit_counts()
         for action, name, text in (
             ("force-detach", "force_detaches", "Force-detaches recorded in the audit trail"),
+            (
+                "revoke",
+                "revocations",
+                "ControllerUnpublishVolume calls with no NodeUnstage before them (Kubernetes' "
+                "force-detach: the out-of-service taint, or 6 minutes on an unhealthy node)",
+            ),
             ("fenced", "fenced_volumes", "Volumes nodes fenced after their hold was revoked"),
         ):
             c = CounterMetricFamily(f"{PREFIX}_{name}", text)
