@@ -7,7 +7,6 @@ from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.api import convert
 from csi_hostpath.api.status import rpc
-from csi_hostpath.core.errors import InvalidRequest
 from csi_hostpath.service.controller import ControllerService
 from csi_hostpath.service.group_snapshots import GroupSnapshots
 from csi_hostpath.service.modify import ModifyService
@@ -56,10 +55,6 @@ class ControllerServicer(pb_grpc.ControllerServicer):
     def CreateVolume(
         self, request: pb.CreateVolumeRequest, context: grpc.ServicerContext
     ) -> pb.CreateVolumeResponse:
-        if not request.name:
-            raise InvalidRequest("name is required")
-        if not request.volume_capabilities:
-            raise InvalidRequest("volume_capabilities are required")
         tuning = self.modify.check(request.mutable_parameters)
         created = self.service.create_volume(
             name=request.name,
@@ -87,11 +82,7 @@ class ControllerServicer(pb_grpc.ControllerServicer):
     def ControllerPublishVolume(
         self, request: pb.ControllerPublishVolumeRequest, context: grpc.ServicerContext
     ) -> pb.ControllerPublishVolumeResponse:
-        if not request.volume_id:
-            raise InvalidRequest("volume_id is required")
-        if not request.node_id:
-            raise InvalidRequest("node_id is required")
-        cap = convert.required_capability(request)
+        cap = convert.capability(request.volume_capability)
         publish_context = self.service.publish(
             request.volume_id, request.node_id, cap, request.readonly
         )
@@ -110,10 +101,6 @@ class ControllerServicer(pb_grpc.ControllerServicer):
     def ValidateVolumeCapabilities(
         self, request: pb.ValidateVolumeCapabilitiesRequest, context: grpc.ServicerContext
     ) -> pb.ValidateVolumeCapabilitiesResponse:
-        if not request.volume_id:
-            raise InvalidRequest("volume_id is required")
-        if not request.volume_capabilities:
-            raise InvalidRequest("volume_capabilities are required")
         caps = convert.capabilities(request.volume_capabilities)
         confirmed, message = self.service.validate_capabilities(request.volume_id, caps)
         if not confirmed:
@@ -219,10 +206,6 @@ class ControllerServicer(pb_grpc.ControllerServicer):
     def ControllerExpandVolume(
         self, request: pb.ControllerExpandVolumeRequest, context: grpc.ServicerContext
     ) -> pb.ControllerExpandVolumeResponse:
-        if not request.volume_id:
-            raise InvalidRequest("volume_id is required")
-        if not request.HasField("capacity_range"):
-            raise InvalidRequest("capacity_range is required")
         if request.HasField("volume_capability"):
             convert.capability(request.volume_capability)
         size, node_step = self.service.expand_volume(
@@ -253,7 +236,5 @@ class ControllerServicer(pb_grpc.ControllerServicer):
     def ControllerModifyVolume(
         self, request: pb.ControllerModifyVolumeRequest, context: grpc.ServicerContext
     ) -> pb.ControllerModifyVolumeResponse:
-        if not request.volume_id:
-            raise InvalidRequest("volume_id is required")
         self.modify.modify(request.volume_id, request.mutable_parameters)
         return pb.ControllerModifyVolumeResponse()

@@ -34,12 +34,6 @@ def capability(cap: pb.VolumeCapability, what: str = "volume_capability") -> Cap
     return Capability(AccessType.MOUNT, mode, cap.mount.fs_type, tuple(cap.mount.mount_flags))
 
 
-def required_capability(request: object, field: str = "volume_capability") -> Capability:
-    if not request.HasField(field):  # type: ignore[attr-defined]
-        raise InvalidRequest(f"{field} is required")
-    return capability(getattr(request, field), field)
-
-
 def capabilities(caps: Iterable[pb.VolumeCapability]) -> list[Capability]:
     return [capability(c, f"volume_capabilities[{i}]") for i, c in enumerate(caps)]
 

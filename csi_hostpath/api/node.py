@@ -7,7 +7,6 @@ from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.api import convert
 from csi_hostpath.api.self_publish import SelfPublish
 from csi_hostpath.api.status import rpc
-from csi_hostpath.core.errors import InvalidRequest
 from csi_hostpath.core.model import AccessType
 from csi_hostpath.service.node import NodeService
 from csi_hostpath.service.teardown import Room, retry_when_full
@@ -39,11 +38,7 @@ class NodeServicer(pb_grpc.NodeServicer):
     def NodeStageVolume(
         self, request: pb.NodeStageVolumeRequest, context: grpc.ServicerContext
     ) -> pb.NodeStageVolumeResponse:
-        if not request.volume_id:
-            raise InvalidRequest("volume_id is required")
-        if not request.staging_target_path:
-            raise InvalidRequest("staging_target_path is required")
-        cap = convert.required_capability(request)
+        cap = convert.capability(request.volume_capability)
         publish_context = dict(request.publish_context)
         if self.self_publish is not None:
             publish_context = self.self_publish.hold(request.volume_id, cap, publish_context)
@@ -60,8 +55,6 @@ class NodeServicer(pb_grpc.NodeServicer):
     def NodeUnstageVolume(
         self, request: pb.NodeUnstageVolumeRequest, context: grpc.ServicerContext
     ) -> pb.NodeUnstageVolumeResponse:
-        if not request.volume_id:
-            raise InvalidRequest("volume_id is required")
         retry_when_full(
             self.room,
             lambda: self.service.unstage(request.volume_id, request.staging_target_path),
@@ -74,11 +67,7 @@ class NodeServicer(pb_grpc.NodeServicer):
     def NodePublishVolume(
         self, request: pb.NodePublishVolumeRequest, context: grpc.ServicerContext
     ) -> pb.NodePublishVolumeResponse:
-        if not request.volume_id:
-            raise InvalidRequest("volume_id is required")
-        if not request.target_path:
-            raise InvalidRequest("target_path is required")
-        cap = convert.required_capability(request)
+        cap = convert.capability(request.volume_capability)
         self.service.publish(
             request.volume_id,
             request.staging_target_path,
@@ -93,8 +82,6 @@ class NodeServicer(pb_grpc.NodeServicer):
     def NodeUnpublishVolume(
         self, request: pb.NodeUnpublishVolumeRequest, context: grpc.ServicerContext
     ) -> pb.NodeUnpublishVolumeResponse:
-        if not request.volume_id:
-            raise InvalidRequest("volume_id is required")
         retry_when_full(
             self.room, lambda: self.service.unpublish(request.volume_id, request.target_path)
         )

@@ -115,10 +115,6 @@ class ControllerService:
         content_source: ContentSource | None = None,
         topology: TopologyRequirement | None = None,
     ) -> CreatedVolume:
-        if not name:
-            raise InvalidRequest("name is required")
-        if not capabilities:
-            raise InvalidRequest("volume_capabilities are required")
         for cap in capabilities:
             access.check_capability(cap)
         fs_type = access.volume_fs_type(capabilities)
@@ -247,8 +243,6 @@ class ControllerService:
             )
 
     def delete_volume(self, volume_id: str) -> None:
-        if not volume_id:
-            raise InvalidRequest("volume_id is required")
         if not is_volume_id(volume_id):
             return  # never ours, so already gone
         with self.inflight.hold(volume_id, "DeleteVolume"):
@@ -302,10 +296,6 @@ class ControllerService:
 
     # ----- snapshots -----
     def create_snapshot(self, source_volume_id: str, name: str) -> Snapshot:
-        if not name:
-            raise InvalidRequest("name is required")
-        if not source_volume_id:
-            raise InvalidRequest("source_volume_id is required")
         with self.inflight.hold(f"snapshot:{name}", "CreateSnapshot"):
             existing = self.store.get_snapshot_by_name(name)
             if existing is not None:
@@ -354,8 +344,6 @@ class ControllerService:
             return snapshot
 
     def delete_snapshot(self, snapshot_id: str) -> None:
-        if not snapshot_id:
-            raise InvalidRequest("snapshot_id is required")
         if not is_snapshot_id(snapshot_id):
             return
         with self.inflight.hold(snapshot_id, "DeleteSnapshot"):
@@ -376,8 +364,6 @@ class ControllerService:
         )
 
     def get_snapshot(self, snapshot_id: str) -> Snapshot:
-        if not snapshot_id:
-            raise InvalidRequest("snapshot_id is required")
         snap = self.store.get_snapshot(snapshot_id) if is_snapshot_id(snapshot_id) else None
         if snap is None:
             raise SnapshotNotFound(f"snapshot {snapshot_id!r} does not exist")
@@ -388,8 +374,6 @@ class ControllerService:
         self, volume_id: str, required_bytes: int, limit_bytes: int
     ) -> tuple[int, bool]:
         """Grow the backing file; (new capacity, whether the node must follow up)."""
-        if not volume_id:
-            raise InvalidRequest("volume_id is required")
         volume = self._require_volume(volume_id)
         if required_bytes <= 0 and limit_bytes <= 0:
             raise InvalidRequest("capacity_range with required_bytes is required")
@@ -446,8 +430,6 @@ class ControllerService:
         return False, "backing file present, size as recorded"
 
     def get_volume(self, volume_id: str) -> ListedVolume:
-        if not volume_id:
-            raise InvalidRequest("volume_id is required")
         volume = self._require_volume(volume_id)
         holders = [p.node_id for p in self.store.publications(volume_id=volume_id)]
         return ListedVolume(volume, holders)
@@ -456,10 +438,6 @@ class ControllerService:
     def publish(
         self, volume_id: str, node_id: str, cap: Capability, readonly: bool
     ) -> dict[str, str]:
-        if not volume_id:
-            raise InvalidRequest("volume_id is required")
-        if not node_id:
-            raise InvalidRequest("node_id is required")
         access.check_capability(cap)
         if not is_volume_id(volume_id):
             raise VolumeNotFound(f"volume {volume_id!r} does not exist")
@@ -511,8 +489,6 @@ class ControllerService:
             }
 
     def unpublish(self, volume_id: str, node_id: str) -> None:
-        if not volume_id:
-            raise InvalidRequest("volume_id is required")
         if not is_volume_id(volume_id):
             return
         with self.inflight.hold(volume_id, "ControllerUnpublishVolume"):

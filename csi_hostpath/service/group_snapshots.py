@@ -44,10 +44,6 @@ class GroupSnapshots:
         self.freeze = freeze
 
     def create(self, name: str, source_volume_ids: Sequence[str]) -> GroupRecord:
-        if not name:
-            raise InvalidRequest("name is required")
-        if not source_volume_ids:
-            raise InvalidRequest("source_volume_ids are required")
         sources = list(source_volume_ids)
         if len(set(sources)) != len(sources):
             raise InvalidRequest("source_volume_ids name a volume twice")
@@ -101,8 +97,6 @@ class GroupSnapshots:
             )
 
     def get(self, group_id: str, snapshot_ids: Sequence[str]) -> tuple[GroupRecord, list[Snapshot]]:
-        if not group_id:
-            raise InvalidRequest("group_snapshot_id is required")
         record = self.records.get(group_id) if is_group_id(group_id) else None
         if record is None or not record.complete:
             raise SnapshotNotFound(f"group snapshot {group_id[:200]!r} does not exist")
@@ -110,8 +104,6 @@ class GroupSnapshots:
         return record, [self.snapshots.get_snapshot(s) for s in record.snapshot_ids]
 
     def delete(self, group_id: str, snapshot_ids: Sequence[str]) -> None:
-        if not group_id:
-            raise InvalidRequest("group_snapshot_id is required")
         record = self.records.get(group_id) if is_group_id(group_id) else None
         if record is None:
             return  # the spec: gone already is OK

@@ -31,7 +31,6 @@ from csi_hostpath.core.errors import (
     CapacityOutOfRange,
     GenerationRevoked,
     Incompatible,
-    InvalidRequest,
     NotStaged,
     OnlineResizeUnavailable,
     PublishedElsewhere,
@@ -208,8 +207,6 @@ class NodeService:
         publish_context: Mapping[str, str],
         volume_context: Mapping[str, str],
     ) -> None:
-        if not volume_id:
-            raise InvalidRequest("volume_id is required")
         staging_path = self.paths.guard(staging_path, "staging_target_path")
         access.check_capability(cap)
         with self.inflight.hold(volume_id, "NodeStageVolume"):
@@ -318,8 +315,6 @@ class NodeService:
                 )
 
     def unstage(self, volume_id: str, staging_path: str) -> None:
-        if not volume_id:
-            raise InvalidRequest("volume_id is required")
         staging_path = check_path(staging_path, "staging_target_path")
         if not is_volume_id(volume_id):
             return
@@ -350,8 +345,6 @@ class NodeService:
         readonly: bool,
         volume_context: Mapping[str, str] | None = None,
     ) -> None:
-        if not volume_id:
-            raise InvalidRequest("volume_id is required")
         target_path = self.paths.guard(target_path, "target_path")
         access.check_capability(cap)
         if (volume_context or {}).get(EPHEMERAL_KEY) == "true":
@@ -430,8 +423,6 @@ class NodeService:
         log.info("published %s at %s (%s)", volume_id, target_path, "ro" if ro else "rw")
 
     def unpublish(self, volume_id: str, target_path: str) -> None:
-        if not volume_id:
-            raise InvalidRequest("volume_id is required")
         target_path = check_path(target_path, "target_path")
         resolved = self._resolve(volume_id)
         if resolved is None:
@@ -466,10 +457,6 @@ class NodeService:
     # ----- expansion -----
     def expand(self, volume_id: str, volume_path: str, required_bytes: int) -> int:
         """Make the loop device and the filesystem on it follow a grown backing file."""
-        if not volume_id:
-            raise InvalidRequest("volume_id is required")
-        if not volume_path:
-            raise InvalidRequest("volume_path is required")
         staged, _ = self._staged_at(volume_id, volume_path)
         with self.inflight.hold(staged.volume_id, "NodeExpandVolume"):
             device = self.system.loop.find(loop_tag(self.node_id, staged.volume_id))
@@ -510,10 +497,6 @@ class NodeService:
         return staged, path
 
     def stats(self, volume_id: str, volume_path: str) -> VolumeStats:
-        if not volume_id:
-            raise InvalidRequest("volume_id is required")
-        if not volume_path:
-            raise InvalidRequest("volume_path is required")
         staged, path = self._staged_at(volume_id, volume_path)
         kind = staged.access_type
         if not self.mounts.backing_for(staged).exists():

@@ -27,8 +27,6 @@ from csi_hostpath.core.errors import InvalidRequest
 
 def check_path(path: str, what: str) -> str:
     """CO paths are used as given, but never a relative one or one that climbs with '..'."""
-    if not path:
-        raise InvalidRequest(f"{what} is required")
     if "\x00" in path or not path.startswith("/") or ".." in path.split("/"):
         raise InvalidRequest(f"{what} must be an absolute path without '..': {path[:200]!r}")
     return os.path.normpath(path)

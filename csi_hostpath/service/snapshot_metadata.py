@@ -37,9 +37,7 @@ class SnapshotMetadataService:
         self.store = store
         self.layout = layout
 
-    def _snapshot(self, snapshot_id: str, what: str) -> tuple[Snapshot, Path]:
-        if not snapshot_id:
-            raise InvalidRequest(f"{what} is required")
+    def _snapshot(self, snapshot_id: str) -> tuple[Snapshot, Path]:
         snap = self.store.get_snapshot(snapshot_id) if is_snapshot_id(snapshot_id) else None
         path = self.layout.snapshot_file(snapshot_id) if snap is not None else None
         if snap is None or path is None or not path.exists():
@@ -57,7 +55,7 @@ class SnapshotMetadataService:
         return max_results or DEFAULT_MAX_RESULTS
 
     def allocated(self, snapshot_id: str, starting_offset: int, max_results: int) -> Metadata:
-        snap, path = self._snapshot(snapshot_id, "snapshot_id")
+        snap, path = self._snapshot(snapshot_id)
         per_page = self._check(starting_offset, max_results, snap.size_bytes)
         ranges = extents.align(data_extents(path), limit=snap.size_bytes)
         return Metadata(
@@ -67,8 +65,8 @@ class SnapshotMetadataService:
     def delta(
         self, base_id: str, target_id: str, starting_offset: int, max_results: int
     ) -> Metadata:
-        base, base_path = self._snapshot(base_id, "base_snapshot_id")
-        target, target_path = self._snapshot(target_id, "target_snapshot_id")
+        base, base_path = self._snapshot(base_id)
+        target, target_path = self._snapshot(target_id)
         if base.source_volume_id != target.source_volume_id:
             raise InvalidRequest(
                 f"snapshots {base_id} and {target_id} are of different volumes "
