@@ -22,7 +22,7 @@ from pathlib import Path
 from csi_hostpath.core.nodeloss import DEFAULT_LOST_AFTER
 from csi_hostpath.doctor_finding import STATUSES, Finding, Status, crashed, guarded
 from csi_hostpath.doctor_lost import check_lost
-from csi_hostpath.doctor_pool import check_pool
+from csi_hostpath.doctor_pool import check_owner, check_pool
 from csi_hostpath.doctor_state import check_lock, check_socket, check_state_dir
 from csi_hostpath.system.linux import LOOP_CONTROL, LOOP_CTL_GET_FREE
 
@@ -111,6 +111,7 @@ def diagnose(
             "socket", lambda: [check_socket(endpoint, state_dir, daemon_running=daemon_running)]
         )
     findings += guarded("pool", lambda: check_pool(pool_dir))
+    findings += guarded("pool-owner", lambda: [check_owner(pool_dir, state_dir)])
     findings += guarded("lost-volumes", lambda: check_lost(state_dir, pool_dir, lost_after))
     return findings
 

@@ -1,4 +1,4 @@
-"""Doctor checks of the pool directory: writable, space, reflink."""
+"""Doctor checks of the pool directory: writable, space, reflink, quarantine, owner."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import errno
 import fcntl
 import json
 import os
+import sqlite3
 import tempfile
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from csi_hostpath.doctor_finding import (
     writable_dir,
 )
 from csi_hostpath.store.identity_adopt import quarantine_dir, quarantined_files
+from csi_hostpath.store.identity_owner import DB_ID_KEY, read_owner, rebuild_command
 from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.linux import FICLONE
 
@@ -74,6 +76,59 @@ def check_quarantine(pool_dir: Path) -> Finding:
         "deleting them. Each .why.json says where it was. If a file is a volume's data, copy the "
         "data out of it (losetup -r; mount -o ro); if it is another pool's, move it back there; "
         "if it is garbage, delete it and its .why.json by hand",
+    )
+
+
+def _database_id(state_dir: Path) -> str | None:
+    """The ID a controller's database took when it claimed a pool (None: no database here, or
+    one that never claimed a pool, such as a node plugin's). Read-only: doctor changes nothing."""
+    db = state_dir / "state.db"
+    if not db.is_file():
+        return None
+    try:
+        with contextlib.closing(
+            sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True, timeout=1)
+        ) as c:
+            row = c.execute("SELECT value FROM meta WHERE key=?", (DB_ID_KEY,)).fetchone()
+    except sqlite3.Error:
+        return None
+    return str(row[0]) if row else None
+
+
+def check_owner(pool_dir: Path, state_dir: Path) -> Finding:
+    """Which database owns the pool (POOL/.owner), and whether this state directory's
+    controller would be refused for it (store/identity_owner.py): a mistyped --state-dir, or a
+    second database on one pool."""
+    owner = read_owner(PoolLayout(pool_dir))
+    if owner is None:
+        return Finding("pool-owner", "ok", "no controller has claimed the pool yet")
+    theirs, where = str(owner.get("db_id")), str(owner.get("state_dir"))
+    if owner.get("unreadable"):
+        return Finding(
+            "pool-owner",
+            "warn",
+            f"{pool_dir / '.owner'} is unreadable",
+            "a controller refuses the pool until it can tell whose it is; if this state directory "
+            f"is the pool's, take it over: `{rebuild_command(state_dir, pool_dir)}`",
+        )
+    if where == str(state_dir.absolute()):
+        return Finding("pool-owner", "ok", f"owned by this state directory (database {theirs})")
+    mine = _database_id(state_dir)
+    if mine is None or mine == theirs:
+        return Finding(
+            "pool-owner",
+            "ok",
+            f"owned by the database in {where} (id {theirs}); node plugins don't claim the pool, "
+            f"but a controller started with --state-dir {state_dir} would be refused",
+        )
+    return Finding(
+        "pool-owner",
+        "warn",
+        f"pool {pool_dir} belongs to the database in {where} (id {theirs}), not to this one "
+        f"(id {mine}): a controller started with --state-dir {state_dir} refuses to serve it",
+        f"if --state-dir is a typo, use {where}; if that database is gone for good, take the pool "
+        f"over: `{rebuild_command(state_dir, pool_dir)}` (it rebuilds from the pool's files; "
+        "nothing is deleted)",
     )
 
 
