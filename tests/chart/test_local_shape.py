@@ -166,3 +166,32 @@ def test_docs_say_which_shape_and_why() -> None:
         assert needed in page, needed
     design = (ROOT / "docs" / "design.md").read_text()
     assert "## The local shape" in design and "attachRequired is false" in design
+
+
+@pytest.mark.parametrize("scope", ["local", "shared"])
+def test_overcommit_and_lost_after_reach_the_driver(scope: str) -> None:
+    """Issue 14: the thin-capacity ratio and the node-loss threshold are chart values, passed to
+    the driver in both shapes and parsed by its own CLI."""
+    r = chart_tool.render(
+        {"pool": {"scope": scope}, "driver": {"overcommitRatio": 1.5, "nodeLostAfter": 120}}
+    )
+    for workload in ("DaemonSet", "StatefulSet"):
+        for w in r.of_kind(workload):
+            args = container(w["spec"]["template"]["spec"], "csi-hostpath")["args"]
+            parsed = build_parser().parse_args([a.replace("$(NODE_ID)", "n1") for a in args])
+            assert parsed.overcommit_ratio == 1.5 and parsed.node_lost_after == 120
+    default_args = container(
+        node_pod(chart_tool.render({"pool": {"scope": scope}})), "csi-hostpath"
+    )
+    defaults = build_parser().parse_args(
+        [a.replace("$(NODE_ID)", "n1") for a in default_args["args"]]
+    )
+    assert defaults.overcommit_ratio == 1.0 and defaults.node_lost_after == 900
+
+
+@pytest.mark.parametrize("value", [0, -1])
+def test_the_schema_refuses_a_ratio_that_is_not_above_zero(value: float) -> None:
+    helm = chart_tool.helm()
+    with pytest.raises(helm.HelmValuesError) as e:
+        chart_tool.render({"driver": {"overcommitRatio": value}})
+    assert "/driver/overcommitRatio" in str(e.value)

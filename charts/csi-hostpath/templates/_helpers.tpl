@@ -96,6 +96,8 @@ the socket's file name: one definition for both keeps them from drifting apart.
 - --log-level={{ .Values.driver.logLevel }}
 - --max-volume-size={{ int64 .Values.driver.maxVolumeSize }}
 - --max-volumes-per-node={{ int64 .Values.driver.maxVolumesPerNode }}
+- --overcommit-ratio={{ .Values.driver.overcommitRatio }}
+- --node-lost-after={{ .Values.driver.nodeLostAfter }}
 - --heartbeat-interval={{ .Values.driver.heartbeatInterval }}
 - --fence-interval={{ .Values.driver.fenceInterval }}
 - --node-grace={{ .Values.driver.nodeGrace }}
