@@ -130,6 +130,20 @@ def block_in_use(
     return vol.volume_id, staging, target
 
 
+def in_use(
+    client: Any, workdir: Path, name: str, cap: pb.VolumeCapability, size: int = 32 << 20
+) -> tuple[pb.Volume, Path, Path]:
+    """A volume of cap created, published to node-a, staged and published at a target:
+    (volume, staging path, target path). `release` undoes all of it."""
+    vol = create(client, name, cap, size)
+    ctx = publish(client, vol.volume_id, "node-a", cap)
+    staging, target = workdir / f"{name}-staging", workdir / f"{name}-pod" / "target"
+    staging.mkdir()
+    stage(client, vol, staging, cap, ctx)
+    node_publish(client, vol.volume_id, staging, target, cap, publish_context=ctx)
+    return vol, staging, target
+
+
 def release(client: Any, volume_id: str, staging: Path, target: Path) -> None:
     node_unpublish(client, volume_id, target)
     unstage(client, volume_id, staging)

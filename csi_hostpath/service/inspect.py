@@ -227,6 +227,17 @@ def _staged(
 
 def _published(staged_on: dict[str, dict[str, Any]]) -> Phase:
     targets = [(n, t) for n, v in sorted(staged_on.items()) for t in v.get("targets", [])]
+    busy = [(n, p, b) for n, v in sorted(staged_on.items()) for p, b in v.get("busy", {}).items()]
+    if busy:
+        n, path, b = busy[0]
+        why = b.get("held_by") or "busy, and no process was found (a mount beneath it?)"
+        return Phase(
+            "published",
+            STUCK,
+            "; ".join(f"{n}: {t}" for n, t in targets) or "no target path",
+            f"{path} on {n} can't be released: {why}",
+            "stop those processes (or the pod that runs them); the kubelet retries the unmount",
+        )
     if targets:
         return Phase("published", OK, "; ".join(f"{n}: {t}" for n, t in targets))
     if staged_on:

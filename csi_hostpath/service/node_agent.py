@@ -66,7 +66,11 @@ class NodeAgent:
             publications.setdefault(p.volume_id, []).append(p)
         volumes: dict[str, dict[str, Any]] = dict(self.unclaimed)
         for s in self.store.stagings():
-            volumes[s.volume_id] = heartbeat_entry(s, publications.get(s.volume_id, []))
+            volumes[s.volume_id] = entry = heartbeat_entry(s, publications.get(s.volume_id, []))
+            paths = [s.staging_path, *entry["targets"]]
+            busy = {p: self.mounts.busy[p] for p in paths if p in self.mounts.busy}
+            if busy:
+                entry["busy"] = busy  # inspect names who holds them
         self.layout.beat(self.node_id, volumes)
 
     def fence_revoked(self) -> list[str]:

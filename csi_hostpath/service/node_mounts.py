@@ -6,8 +6,10 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import time
 from contextlib import suppress
 from pathlib import Path
+from typing import Any
 
 from csi_hostpath.core import access
 from csi_hostpath.core.errors import (
@@ -29,6 +31,7 @@ from csi_hostpath.system.base import (
     MountEntry,
     ResourceBusy,
     System,
+    held_by,
 )
 
 # One logger for all of the node plugin, named as before it was split into modules.
@@ -56,6 +59,9 @@ class NodeMounts:
         # this node's own that no controller's reconcile reads. A file beside state.db let any
         # pod fill the filesystem that the store must commit to (issue 11 case 4).
         self.ephemeral_dir = ephemeral_dir
+        # Path (a target, a staging path, or a device whose detach waits) -> who held it busy at
+        # the last try; the heartbeat reports it, so inspect names them too.
+        self.busy: dict[str, dict[str, Any]] = {}
         self.inline_dir = layout.root / "inline" / node_key(node_id)
 
     def is_ephemeral(self, staging_path: str) -> bool:
@@ -90,10 +96,25 @@ class NodeMounts:
         try:
             self.system.mounts.unmount(path, lazy=lazy)
         except ResourceBusy as e:
+            who = held_by(self.system.mounts.holders(path))
+            self.note_busy(path, who)
+            if who:
+                raise TargetBusy(
+                    f"{path} is busy: {who}; retry once they let go of it (stop them, or cd "
+                    "out of the path)"
+                ) from e
             raise TargetBusy(
                 f"{path} is busy: a process has files or its working directory in it, or "
                 "another mount sits beneath it; retry once it is released"
             ) from e
+        self.busy.pop(path, None)
+
+    def note_busy(self, path: str, who: str) -> None:
+        log.warning("%s is busy: %s", path, who or "no process found; a mount beneath it?")
+        self.busy[path] = {
+            "held_by": who,
+            "since": self.busy.get(path, {}).get("since", time.time()),
+        }
 
     @staticmethod
     def prepare_dir(path: str, what: str) -> None:
@@ -246,6 +267,13 @@ class NodeMounts:
             mounted = self.system.mounts.find(staging_path)
         if device is not None:
             self.system.loop.detach(device.path)
+            if self.system.loop.find(device.tag) is not None:
+                # Still open elsewhere: the kernel only set autoclear, and the device (and the
+                # backing file) stay in use until the holders close it. Logged, not kept for
+                # inspect: the staging record goes now, and the device number may be reused.
+                who = held_by(self.system.loop.holders(device.path))
+                if who:
+                    log.warning("detach of %s (%s) waits: %s", device.path, volume_id, who)
         if self.is_ephemeral(staging_path):
             with suppress(OSError):
                 os.rmdir(staging_path)

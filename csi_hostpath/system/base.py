@@ -78,6 +78,27 @@ class MountEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class Holder:
+    """A process that keeps a mount or a device busy."""
+
+    pid: int
+    command: str
+    how: str  # "cwd", "root", "open file" or "mapped file"
+
+    def __str__(self) -> str:
+        return f"pid {self.pid} ({self.command}, {self.how})"
+
+
+def held_by(holders: Sequence[Holder], limit: int = 5) -> str:
+    """'held by pid 12 (sleep, cwd), ...', or '' when nobody was found."""
+    if not holders:
+        return ""
+    shown = ", ".join(str(h) for h in holders[:limit])
+    more = f" and {len(holders) - limit} more" if len(holders) > limit else ""
+    return f"held by {shown}{more}"
+
+
+@dataclass(frozen=True, slots=True)
 class FsStats:
     total_bytes: int
     available_bytes: int
@@ -143,6 +164,10 @@ class Loop(Protocol):
     def set_read_only(self, device: str, read_only: bool) -> None:
         """BLKROSET. Does not stop a mounted filesystem from writing; see docs/design.md."""
 
+    def holders(self, device: str) -> tuple[Holder, ...]:
+        """Processes that have the device open or use a filesystem mounted from it: why a
+        detach stays pending (autoclear)."""
+
 
 class Fs(Protocol):
     def probe(self, device: str) -> str | None:
@@ -187,6 +212,10 @@ class Mounts(Protocol):
         """The topmost mount at exactly this path, if any."""
 
     def list(self) -> list[MountEntry]: ...
+
+    def holders(self, target: str) -> tuple[Holder, ...]:
+        """Processes using the filesystem mounted at target (cwd, root, open or mapped files),
+        or the device a block target binds: why an unmount is busy."""
 
 
 class Devices(Protocol):

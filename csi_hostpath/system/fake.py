@@ -26,6 +26,7 @@ from pathlib import Path
 from csi_hostpath.system.base import (
     CommandError,
     FsStats,
+    Holder,
     LoopDevice,
     NoSpace,
     System,
@@ -186,6 +187,11 @@ class FakeLoop:
     def set_read_only(self, device: str, read_only: bool) -> None:
         with self._kernel.lock:
             self._configured(device).blkro = read_only
+
+    def holders(self, device: str) -> tuple[Holder, ...]:
+        index = _fake_index(device)
+        with self._kernel.lock:
+            return tuple(self._kernel.device_users(index))
 
 
 # --- filesystems ---------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from csi_hostpath.system.base import (
+    Holder,
     LoopDevice,
     MountEntry,
 )
@@ -97,6 +98,9 @@ class FakeKernel:
     shut_down: set[int] = field(default_factory=set)
     # The plugin's CAP_SYS_RESOURCE: without it the kernel refuses an online ext4 resize (EPERM).
     cap_sys_resource: bool = True
+    # Processes a test pretends: the path each uses (a directory it sits in, a file or a device
+    # node it has open) and who it is. They keep mounts busy and devices open, as real ones do.
+    processes: list[tuple[str, Holder]] = field(default_factory=list)
     _fds: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -126,7 +130,9 @@ class FakeKernel:
         os.close(device.fd)
 
     def in_use(self, device: _Device) -> bool:
-        return any(mount.holds == device.index for mount in self.mounts)
+        return any(mount.holds == device.index for mount in self.mounts) or any(
+            path == device.path for path, _ in self.processes
+        )
 
     def describe(self, device: _Device) -> LoopDevice:
         backing = device.backing_path
@@ -181,8 +187,35 @@ class FakeKernel:
         self.frozen &= busy
         self.shut_down &= busy
         for device in list(self.devices.values()):
-            if device.autoclear and device.index not in busy:
+            if device.autoclear and not self.in_use(device):
                 self.drop_device(device)
+
+    # -- processes --------------------------------------------------------------------------------
+
+    def hold(self, path: str, holder: Holder) -> None:
+        """For tests: a process starts using path (its cwd, or a file or device it opened)."""
+        with self.lock:
+            used = path if self.device(path) is not None else os.path.realpath(path)
+            self.processes.append((used, holder))
+
+    def let_go(self, pid: int) -> None:
+        """For tests: the process exits; a device it alone kept open goes (autoclear)."""
+        with self.lock:
+            self.processes = [(path, h) for path, h in self.processes if h.pid != pid]
+            self.release()
+
+    def mount_users(self, mount: _Mount) -> list[Holder]:
+        """Processes inside this very mount: they make a plain unmount of it EBUSY."""
+        return [h for path, h in self.processes if self.containing(path) is mount]
+
+    def device_users(self, index: int) -> list[Holder]:
+        """Processes with the device open or inside a filesystem mounted from it."""
+        found = []
+        for path, holder in self.processes:
+            inside = self.containing(path)
+            if path == f"{FAKE_LOOP_PREFIX}{index}" or (inside and inside.holds == index):
+                found.append(holder)
+        return found
 
     def is_shut_down(self, mount_point: str) -> bool:
         """For tests: has the filesystem at mount_point been shut down?"""

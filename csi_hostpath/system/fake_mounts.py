@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from csi_hostpath.system.base import (
     CommandError,
+    Holder,
     MountEntry,
 )
 from csi_hostpath.system.errors import command_error
@@ -143,6 +144,8 @@ class FakeMounts:
                 for mount in mounts[position + 1 :]
                 if mount.entry.mount_point != path and _is_under(mount.entry.mount_point, path)
             ]
+            if self._kernel.mount_users(mounts[position]) and not lazy:
+                raise command_error(["umount2", path], None, "", "", errno=errno.EBUSY)
             if children and not lazy:
                 # What the real layer raises: umount2(2) refused with EBUSY.
                 raise command_error(["umount2", path], None, "", "", errno=errno.EBUSY)
@@ -159,3 +162,15 @@ class FakeMounts:
     def list(self) -> list[MountEntry]:
         with self._kernel.lock:
             return [mount.entry for mount in self._kernel.mounts]
+
+    def holders(self, target: str) -> tuple[Holder, ...]:
+        with self._kernel.lock:
+            mount = self._kernel.topmost(os.path.realpath(target))
+            if mount is None:
+                return ()
+            if mount.holds is not None:
+                return tuple(self._kernel.device_users(mount.holds))
+            device = self._kernel.device("/dev" + mount.entry.root)
+            if mount.entry.fs_type == "devtmpfs" and device is not None:
+                return tuple(self._kernel.device_users(device.index))
+            return tuple(self._kernel.mount_users(mount))

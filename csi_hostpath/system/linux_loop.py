@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from csi_hostpath.system.base import LoopDevice
+from csi_hostpath.system.base import Holder, LoopDevice
+from csi_hostpath.system.holders import holders_of_device
 
 # Logged under the name the layer had before it was split into modules.
 log = logging.getLogger("csi_hostpath.system.linux")
@@ -410,6 +411,9 @@ class LinuxLoop:
             fcntl.ioctl(fd, BLKROSET, struct.pack("i", int(read_only)))
         finally:
             os.close(fd)
+
+    def holders(self, device: str) -> tuple[Holder, ...]:
+        return tuple(holders_of_device(device))
 
 
 # --- devices -------------------------------------------------------------------------------------

@@ -12,8 +12,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from csi_hostpath.system import linux_statmount
-from csi_hostpath.system.base import CommandError, MountEntry
+from csi_hostpath.system.base import CommandError, Holder, MountEntry
 from csi_hostpath.system.errors import command_error, syscall_error
+from csi_hostpath.system.holders import holders_of_path
 from csi_hostpath.system.runner import run
 
 # Logged under the name the layer had before it was split into modules.
@@ -391,3 +392,9 @@ class LinuxMounts:
 
     def list(self) -> list[MountEntry]:
         return [record.entry for record in read_mountinfo()]
+
+    def holders(self, target: str) -> tuple[Holder, ...]:
+        path = os.path.realpath(target)
+        if self.find(path) is None:
+            return ()  # else everyone on the filesystem beneath would be named
+        return tuple(holders_of_path(path))

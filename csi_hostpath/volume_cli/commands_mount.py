@@ -12,11 +12,12 @@ from contextlib import suppress
 from pathlib import Path
 
 from csi_hostpath._pb import csi_pb2 as pb
+from csi_hostpath.system.base import held_by
+from csi_hostpath.system.holders import holders_of_path
 from csi_hostpath.volume_cli.client import capability
 from csi_hostpath.volume_cli.commands_volume import release
 from csi_hostpath.volume_cli.context import Context, absolute, volume_named
 from csi_hostpath.volume_cli.errors import BUSY, EXISTS, NOT_FOUND, CliError
-from csi_hostpath.volume_cli.holders import describe
 from csi_hostpath.volume_cli.kernel import loop_volume, mount_source
 from csi_hostpath.volume_cli.records import MountRecord, Records, VolumeRecord
 
@@ -185,9 +186,12 @@ def unmount(ctx: Context, args: argparse.Namespace) -> int:
             )
         except CliError as e:
             if e.exit_code == BUSY:
-                who = describe(path)
+                # The driver names the holders it can see; one in another PID namespace (a node
+                # plugin without hostPID) sees none, and this command, on the host, may.
+                who = "" if "held by" in e.message else held_by(holders_of_path(path))
                 if who:
                     e.message += f" ({who})"
+                if who or "held by" in e.message:
                     e.next_step = "stop those processes (or cd out of the path), then unmount again"
             raise
         vol.mounts.remove(m)

@@ -6,33 +6,17 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from csi_hostpath.system.base import NotFound, NotPermitted, ResourceBusy
+from csi_hostpath.system.base import Holder, NotFound, NotPermitted, ResourceBusy
 from tests.needs import skip_unless_tools
 
 from .conftest import Env
 from .test_system_contract import CAP_SYS_RESOURCE, EXT4_SIZE, _has_capability
-
-
-@pytest.mark.real
-def test_unmount_held_by_a_process_is_busy_with_its_errno(env: Env) -> None:
-    if not env.real:
-        pytest.skip("the fake kernel has no processes")
-    _, target = env.mounted("vol", EXT4_SIZE)
-    holder = subprocess.Popen(["sleep", "60"], cwd=target)
-    try:
-        with pytest.raises(ResourceBusy) as busy:
-            env.system.mounts.unmount(target)
-        assert busy.value.errno == errno.EBUSY
-        assert "busy" in str(busy.value).lower()
-    finally:
-        holder.kill()
-        holder.wait()
-    env.system.mounts.unmount(target)
-    assert env.system.mounts.find(target) is None
 
 
 def test_mount_onto_a_missing_directory_is_not_found(env: Env) -> None:
@@ -64,3 +48,77 @@ def test_online_ext4_grow_without_cap_sys_resource_is_not_permitted(env: Env) ->
     with pytest.raises(NotPermitted) as refused:
         env.system.fs.grow(device.path, target, "ext4")
     assert refused.value.errno == errno.EPERM
+
+
+# --- who holds it busy ---------------------------------------------------------------------------
+
+
+class _Process:
+    """A process that sits in a directory or keeps a file open: a real `sleep` (or python) on
+    the real kernel, a pretended one on the fake."""
+
+    def __init__(self, env: Env, *, cwd: str | None = None, opens: str | None = None) -> None:
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+        if env.real:
+            if opens is None:
+                self.proc = subprocess.Popen(["sleep", "60"], cwd=cwd)
+            else:
+                code = (
+                    "import sys, time; f = open(sys.argv[1], 'rb'); print(flush=True); "
+                    "time.sleep(60)"
+                )
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-c", code, opens], stdout=subprocess.PIPE
+                )
+                assert self.proc.stdout is not None
+                self.proc.stdout.readline()  # the file is open
+            self.pid = self.proc.pid
+        else:
+            assert env.kernel is not None
+            self.pid = 4242
+            how = "cwd" if opens is None else "open file"
+            env.kernel.hold(cwd or opens or "", Holder(self.pid, "sleep", how))
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+        else:
+            assert self.env.kernel is not None
+            self.env.kernel.let_go(self.pid)
+
+
+def test_a_busy_unmount_names_the_process_in_the_mount(env: Env) -> None:
+    _, target = env.mounted("vol", EXT4_SIZE)
+    sitting = _Process(env, cwd=target)
+    try:
+        with pytest.raises(ResourceBusy) as busy:
+            env.system.mounts.unmount(target)
+        assert busy.value.errno == errno.EBUSY
+        held = env.system.mounts.holders(target)
+        assert Holder(sitting.pid, "sleep", "cwd") in held, held
+        assert all(h.pid != os.getpid() for h in held)
+    finally:
+        sitting.stop()
+    env.system.mounts.unmount(target)
+    assert env.system.mounts.find(target) is None
+    assert env.system.mounts.holders(target) == ()
+
+
+def test_holders_of_a_device_name_who_has_it_open(env: Env) -> None:
+    device = env.attach("vol", EXT4_SIZE)
+    opener = _Process(env, opens=device.path)
+    try:
+        held = env.system.loop.holders(device.path)
+        assert [h.pid for h in held] == [opener.pid], held
+        assert held[0].how == "open file"
+        # The detach only sets autoclear while the device is open: it stays, carrying its tag.
+        env.system.loop.detach(device.path)
+        assert env.system.loop.find(env.tag("vol")) is not None
+    finally:
+        opener.stop()
+    deadline = time.monotonic() + 5
+    while env.system.loop.find(env.tag("vol")) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert env.system.loop.find(env.tag("vol")) is None

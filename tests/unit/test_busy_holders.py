@@ -1,0 +1,67 @@
+"""Issue 12: a busy unpublish names who holds the target (pid and command) in the error, in the
+log and in `inspect`, on the fake kernel (no root). The real-device twin is
+tests/test_busy_holders_real.py."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from csi_hostpath.service.inspect import inspect_volume
+from csi_hostpath.store.db import Store
+from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.system.base import Holder, System
+from csi_hostpath.system.fake import FakeKernel, fake_system
+from tests import helpers as h
+from tests.conftest import in_process
+
+
+def inspect(workdir: Path, volume_id: str) -> dict[str, dict[str, str]]:
+    """`csi-hostpath inspect VOLUME`, in this process."""
+    store = Store(workdir / "ctrl-state" / "state.db")
+    try:
+        phases = inspect_volume(store, PoolLayout(workdir / "pool"), volume_id, 30)
+    finally:
+        store.close()
+    return {p.phase: {"state": p.state, "reason": p.reason} for p in phases}
+
+
+def test_a_busy_unpublish_names_the_holder_in_error_log_and_inspect(
+    workdir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    kernel = FakeKernel()
+
+    def system(pool_dir: Path) -> System:
+        return fake_system(pool_dir, kernel=kernel)
+
+    caplog.set_level(logging.INFO, logger="csi_hostpath")
+    flags = ("--pool-dir", str(workdir / "pool"))
+    with in_process(workdir, "ctrl", *flags, system=system, kernel=kernel) as client:
+        vol, staging, target = h.in_use(client, workdir, "busy", h.mount_cap("ext4"))
+        kernel.hold(str(target / "sub"), Holder(4242, "postgres-writer", "cwd"))
+
+        with pytest.raises(grpc.RpcError) as refused:
+            h.node_unpublish(client, vol.volume_id, target)
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "pid 4242 (postgres-writer, cwd)" in (refused.value.details() or "")
+        assert f"{target} is busy: held by pid 4242 (postgres-writer, cwd)" in caplog.text
+
+        deadline = time.monotonic() + 10  # the next heartbeat carries it
+        published = inspect(workdir, vol.volume_id)["published"]
+        while published["state"] != "stuck" and time.monotonic() < deadline:
+            time.sleep(0.1)
+            published = inspect(workdir, vol.volume_id)["published"]
+        assert published["state"] == "stuck", published
+        assert "pid 4242 (postgres-writer, cwd)" in published["reason"], published
+
+        kernel.let_go(4242)
+        h.node_unpublish(client, vol.volume_id, target)
+        h.unstage(client, vol.volume_id, staging)
+        deadline = time.monotonic() + 10
+        while "stuck" in str(inspect(workdir, vol.volume_id)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert inspect(workdir, vol.volume_id)["published"]["state"] != "stuck"
