@@ -288,11 +288,8 @@ class ControllerService:
     def list_volumes(self, starting_token: str, max_entries: int) -> tuple[list[ListedVolume], str]:
         if max_entries < 0:
             raise InvalidRequest("max_entries must not be negative")
-        volumes, next_token = self.store.list_volumes(starting_token, max_entries)
-        holders: dict[str, list[str]] = {}
-        for p in self.store.publications():
-            holders.setdefault(p.volume_id, []).append(p.node_id)
-        return [ListedVolume(v, holders.get(v.volume_id, [])) for v in volumes], next_token
+        page, next_token = self.store.list_volumes_held(starting_token, max_entries)
+        return [ListedVolume(volume, holders) for volume, holders in page], next_token
 
     # ----- snapshots -----
     def create_snapshot(self, source_volume_id: str, name: str) -> Snapshot:

@@ -194,10 +194,6 @@ class Store:
                 "UPDATE volumes SET capacity_bytes=? WHERE volume_id=?", (capacity_bytes, volume_id)
             )
 
-    def list_volumes(self, starting_token: str, max_entries: int) -> tuple[list[Volume], str]:
-        rows, next_token = self._page("volumes", {}, starting_token, max_entries)
-        return [_volume(r) for r in rows], next_token
-
     def _page(
         self, table: str, filters: dict[str, str], starting_token: str, max_entries: int
     ) -> tuple[list[sqlite3.Row], str]:
@@ -216,6 +212,32 @@ class Store:
         last = rows[-1]["seq"]
         more = self._read(f"SELECT 1 FROM {table} WHERE {where} LIMIT 1", (last, *values))
         return rows, str(last) if more else ""
+
+    def list_volumes_held(
+        self, starting_token: str, max_entries: int
+    ) -> tuple[list[tuple[Volume, list[str]]], str]:
+        """A page of volumes in creation order, each with the nodes that hold it (oldest hold
+        first), in one query: the page by seq, then only its volumes' publications, through
+        their primary key. One row more than the page says whether another page follows."""
+        limit = max_entries + 1 if max_entries > 0 else -1
+        rows = self._read(
+            "SELECT v.*, p.node_id AS holder FROM "
+            "(SELECT * FROM volumes WHERE seq > ? ORDER BY seq LIMIT ?) v "
+            "LEFT JOIN publications p ON p.volume_id = v.volume_id "
+            "ORDER BY v.seq, p.published_at",
+            (_parse_token(starting_token), limit),
+        )
+        page: list[tuple[Volume, list[str]]] = []
+        seqs: list[int] = []
+        for row in rows:
+            if not seqs or seqs[-1] != row["seq"]:
+                seqs.append(row["seq"])
+                page.append((_volume(row), []))
+            if row["holder"] is not None:
+                page[-1][1].append(row["holder"])
+        if max_entries > 0 and len(page) > max_entries:
+            return page[:max_entries], str(seqs[max_entries - 1])
+        return page, ""
 
     def all_volumes(self) -> list[Volume]:
         return [_volume(r) for r in self._read("SELECT * FROM volumes ORDER BY seq")]
