@@ -438,7 +438,7 @@ class ControllerService:
         access.check_capability(cap)
         if not is_volume_id(volume_id):
             raise VolumeNotFound(f"volume {volume_id!r} does not exist")
-        beat = self.layout.heartbeat(node_id)
+        beat = self.layout.node_record(node_id)
         if beat is None:
             raise NodeNotFound(
                 f"node {node_id!r} has never sent a heartbeat to pool {self.layout.root}; is its "
@@ -489,7 +489,9 @@ class ControllerService:
         if not is_volume_id(volume_id):
             return
         with self.inflight.hold(volume_id, "ControllerUnpublishVolume"):
-            revocations = Revocations(self.layout.heartbeats(), volume_id, self.config.node_grace)
+            revocations = Revocations(
+                self.layout.heartbeats(volume_id), volume_id, self.config.node_grace
+            )
             removed = self.store.unpublish(
                 volume_id, node_id, actor="controller", classify=revocations
             )

@@ -272,7 +272,7 @@ class NodeService:
                 )
             )
             self.tuning.apply(volume_id, device.path)
-            self.agent.beat_soon()
+            self.agent.volume_changed(volume_id)
             log.info(
                 "staged %s at %s on %s (%s)",
                 volume_id,
@@ -303,7 +303,7 @@ class NodeService:
         detach can be taken against a live node. Until that node reports the volume gone (it
         fences itself within its fence interval) or falls silent past the grace period, staging
         here would put two writers on one filesystem."""
-        for beat in self.layout.heartbeats():
+        for beat in self.layout.heartbeats(volume_id):
             if beat.node_id == self.node_id or volume_id not in beat.volumes:
                 continue
             age = beat.age()
@@ -332,7 +332,7 @@ class NodeService:
             self.tuning.cleared(volume_id, record.device if record else None)
             self.mounts.teardown(volume_id, staging_path)
             # Written now, not soon: another node may be waiting to stage this volume.
-            self.agent.beat()
+            self.agent.volume_changed(volume_id)
             log.info("unstaged %s from %s", volume_id, staging_path)
 
     # ----- publish -----
@@ -419,7 +419,7 @@ class NodeService:
                 volume_id, target_path, ro, cap.access_mode, cap.access_type, cap.mount_flags
             )
         )
-        self.agent.beat_soon()
+        self.agent.volume_changed(volume_id)
         log.info("published %s at %s (%s)", volume_id, target_path, "ro" if ro else "rw")
 
     def unpublish(self, volume_id: str, target_path: str) -> None:
@@ -442,7 +442,7 @@ class NodeService:
             if record is not None:
                 self.store.delete_node_publication(target_path)
             self.tuning.unpublished(resolved, device.path if device else None, target_path)
-            self.agent.beat_soon()
+            self.agent.volume_changed(resolved)
             log.info("unpublished %s from %s", volume_id, target_path)
             staged = self.store.get_staging(resolved)
             if (

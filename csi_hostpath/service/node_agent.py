@@ -56,11 +56,28 @@ class NodeAgent:
         self.fence_pass_hooks: list[Callable[[], None]] = []
 
     def beat_soon(self) -> None:
-        """Ask the background thread for a heartbeat at its next wake-up."""
+        """Ask the background thread for a whole heartbeat at its next wake-up."""
         self._beat_soon.set()
 
+    def volume_changed(self, volume_id: str) -> None:
+        """Report one volume as it is now (staged, targets, or gone): one small file, written
+        by the RPC that changed it, so another node waiting for this one to let go sees it at
+        once. Nothing else is read or rewritten, and no store lock is held while writing."""
+        entry = self.unclaimed.get(volume_id)
+        staged = self.store.get_staging(volume_id)
+        if staged is not None:
+            entry = heartbeat_entry(staged, self.store.node_publications(volume_id))
+        try:
+            self.layout.beat_volume(self.node_id, volume_id, entry)
+            self.layout.touch(self.node_id)
+        except OSError:
+            log.exception("heartbeat entry of %s not written; rewriting them all", volume_id)
+            self._beat_soon.set()
+
     def beat(self) -> None:
-        """Heartbeat, carrying what this node has staged and published (for operators)."""
+        """The whole heartbeat, carrying what this node has staged and published (for
+        operators, and for the node a volume moves to): at start, after a fence pass that
+        changed something, and when asked. The timer only touches the node's record."""
         publications: dict[str, list[NodePublication]] = {}
         for p in self.store.node_publications():
             publications.setdefault(p.volume_id, []).append(p)
@@ -98,8 +115,8 @@ class NodeAgent:
                 log.warning(
                     "volume %s is revoked but busy; fencing it on the next pass", seen.volume_id
                 )
-        if fenced:
-            self.beat()  # the next holder waits for this node to stop listing the volume
+        for volume_id in fenced:
+            self.volume_changed(volume_id)  # the next holder waits for it to be unlisted
         return fenced
 
     def _fence(self, s: NodeStaging, lease: ledger.Lease | None) -> None:
@@ -170,15 +187,21 @@ class NodeAgent:
                 return
             try:
                 now = time.monotonic()
-                if self._beat_soon.is_set() or now >= next_beat:
+                if self._beat_soon.is_set():
                     self._beat_soon.clear()
                     self.beat()
+                    next_beat = now + tick
+                elif now >= next_beat:
+                    self.layout.touch(self.node_id)
                     next_beat = now + tick
                 if now >= next_fence:
                     next_fence = now + self.config.fence_interval
                     self.fence_revoked()
                     if self.retry is not None:
+                        unclaimed = dict(self.unclaimed)
                         self.retry()
+                        if unclaimed != self.unclaimed:
+                            self.beat()
                     for hook in self.fence_pass_hooks:
                         hook()
             except Exception:

@@ -12,7 +12,7 @@ import json
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -126,25 +126,87 @@ class PoolLayout:
             (self.leases / f"{volume_id}.json").unlink(missing_ok=True)
 
     # ----- heartbeats -----
-    def beat(self, node_id: str, volumes: dict[str, dict[str, Any]] | None = None) -> None:
-        body = {"node_id": node_id, "at": time.time(), "pid": os.getpid(), "volumes": volumes or {}}
+    # A node's heartbeat is a small record, nodes/<key>.json ({node_id, at, pid}), rewritten on
+    # a timer, plus one file per volume it reports, nodes/<key>/<volume>.json, written when that
+    # volume's staging or targets change. So a beat costs the same with 10 volumes staged or
+    # 500, and a reader asking about one volume reads one file per node. A record written by an
+    # older version carries every volume inline ("volumes"); readers still take those.
+    def _node_dir(self, node_id: str) -> Path:
+        return self.nodes / node_key(node_id)
+
+    def touch(self, node_id: str) -> None:
+        """The node's record alone: it is alive now."""
+        body = {"node_id": node_id, "at": time.time(), "pid": os.getpid()}
         # Not fsynced: a heartbeat lost in a crash is simply older, which is the truth.
         write_atomically(
             self.nodes / f"{node_key(node_id)}.json", json.dumps(body).encode(), durable=False
         )
 
-    def heartbeat(self, node_id: str) -> Heartbeat | None:
-        data = _read_json(self.nodes / f"{node_key(node_id)}.json")
-        if data is None or data.get("node_id") != node_id:
+    def beat_volume(self, node_id: str, volume_id: str, entry: dict[str, Any] | None) -> None:
+        """What the node reports of one volume; None: it reports nothing of it any more."""
+        if not is_volume_id(volume_id):
+            return
+        path = self._node_dir(node_id) / f"{volume_id}.json"
+        if entry is None:
+            path.unlink(missing_ok=True)
+            return
+        path.parent.mkdir(exist_ok=True)
+        write_atomically(path, json.dumps(entry, sort_keys=True).encode(), durable=False)
+
+    def beat(self, node_id: str, volumes: dict[str, dict[str, Any]] | None = None) -> None:
+        """The whole heartbeat: the record, and exactly these volumes (at start, after repairs)."""
+        volumes = volumes or {}
+        directory = self._node_dir(node_id)
+        directory.mkdir(exist_ok=True)
+        for stale in set(self._volume_files(directory)) - set(volumes):
+            self.beat_volume(node_id, stale, None)
+        for volume_id, entry in volumes.items():
+            self.beat_volume(node_id, volume_id, entry)
+        self.touch(node_id)
+
+    def _volume_files(self, directory: Path) -> list[str]:
+        try:
+            names = os.listdir(directory)
+        except FileNotFoundError:
+            return []
+        return [n.removesuffix(".json") for n in names if n.endswith(".json") and n[0] != "."]
+
+    def _record(self, path: Path) -> Heartbeat | None:
+        data = _read_json(path)
+        if data is None or "node_id" not in data:
             return None
         return _heartbeat(data)
 
-    def heartbeats(self) -> list[Heartbeat]:
+    def node_record(self, node_id: str) -> Heartbeat | None:
+        """The node's record without its volumes (beyond any an old record carries inline):
+        does the node exist, and when did it last beat."""
+        beat = self._record(self.nodes / f"{node_key(node_id)}.json")
+        return beat if beat is not None and beat.node_id == node_id else None
+
+    def _with_volumes(self, beat: Heartbeat, only: str | None = None) -> Heartbeat:
+        directory = self._node_dir(beat.node_id)
+        volumes = dict(beat.volumes)
+        names = self._volume_files(directory) if only is None else [only]
+        for volume_id in names:
+            entry = _read_json(directory / f"{volume_id}.json")
+            if entry is not None:
+                volumes[volume_id] = entry
+        if only is not None:
+            volumes = {only: volumes[only]} if only in volumes else {}
+        return replace(beat, volumes=volumes)
+
+    def heartbeat(self, node_id: str) -> Heartbeat | None:
+        beat = self.node_record(node_id)
+        return None if beat is None else self._with_volumes(beat)
+
+    def heartbeats(self, volume_id: str | None = None) -> list[Heartbeat]:
+        """Every node's heartbeat; with volume_id, each carries only that volume's entry (if
+        it reports one), which reads one small file per node."""
         beats = []
         for path in sorted(self.nodes.glob("*.json")):
-            data = _read_json(path)
-            if data and "node_id" in data:
-                beats.append(_heartbeat(data))
+            beat = self._record(path)
+            if beat is not None:
+                beats.append(self._with_volumes(beat, volume_id))
         return beats
 
     # ----- events that nodes report to the controller's audit trail -----
