@@ -77,6 +77,7 @@ class Plugin:
     log_level: str = "INFO"
     proc: subprocess.Popen[bytes] | None = None
     pool: Path | None = None  # elsewhere than the default (an xfs reflink pool, say)
+    extra: tuple[str, ...] = ()  # more serve flags
 
     @property
     def socket(self) -> Path:
@@ -116,6 +117,7 @@ class Plugin:
             str(self.pool_dir),
             "--log-level",
             self.log_level,
+            *self.extra,
         ]
 
     def start(self, timeout: float = 30.0) -> Stubs:

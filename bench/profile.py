@@ -1,6 +1,9 @@
 """Where the plugin spends an RPC's wall time: py-spy samples a real plugin while a workload runs.
 
-    python -m bench.profile {ext4,xfs,block,ledger} [--count N] [--rate HZ] [--top N]
+    python -m bench.profile {ext4,xfs,block,ledger,scale} [--count N] [--rate HZ] [--top N]
+
+scale: the node calls of (h) (publish, stage, publish, unpublish, unstage, unpublish of a
+formatted volume) with --staged ext4 volumes staged beside it (default 500).
 
 py-spy (`pip install py-spy`, `make bench-profile` does it) records every thread, idle or not
 (--idle), so time spent waiting on a child process, an fsync or a lock counts as it does for the
@@ -23,7 +26,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-from bench import ledger, lifecycle
+from bench import ledger, lifecycle, scale
 from bench.harness import GiB, Plugin, Stubs, force_cleanup, mounts_under
 
 _FRAME = re.compile(r"^(?P<func>.+?) \((?P<file>[^()]*?)(?::\d+)?\)$")
@@ -83,7 +86,13 @@ def analyse(raw: str, rate: float, ops: int, top: int) -> str:
     return "\n".join(lines)
 
 
-def _workload(scenario: str, stubs: Stubs, work: Path, node_id: str, count: int) -> None:
+def _workload(
+    scenario: str, stubs: Stubs, work: Path, node_id: str, count: int, probes: list[str]
+) -> None:
+    if scenario == "scale":
+        for index in range(count):
+            scale.one_round(stubs, work, node_id, probes[index % len(probes)], index % len(probes))
+        return
     if scenario == "ledger":
         ledger.latencies(stubs, node_id, count, warmup=0)
         return
@@ -93,7 +102,8 @@ def _workload(scenario: str, stubs: Stubs, work: Path, node_id: str, count: int)
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__)
-    parser.add_argument("scenario", choices=["ext4", "xfs", "block", "ledger"])
+    parser.add_argument("scenario", choices=["ext4", "xfs", "block", "ledger", "scale"])
+    parser.add_argument("--staged", type=int, default=500, help="volumes staged for scale")
     parser.add_argument("--count", type=int, default=0, help="operations (default per scenario)")
     parser.add_argument("--rate", type=int, default=1000, help="py-spy samples per second")
     parser.add_argument("--top", type=int, default=25)
@@ -105,11 +115,15 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit("py-spy is not installed: pip install py-spy (or make bench-profile)")
     work = Path(tempfile.mkdtemp(prefix="csihp-bench-"))
     node_id = f"bench-{uuid.uuid4().hex[:12]}"
-    plugin = Plugin(work / "plugin", node_id)
+    plugin = Plugin(work / "plugin", node_id, extra=scale.PLUGIN_FLAGS)
     stubs = plugin.start()
     raw_path = work / "spy.txt"
+    probes: list[str] = []
     try:
-        _workload(args.scenario, stubs, work, node_id, 3)  # warm-up, not sampled
+        if args.scenario == "scale":
+            probes = scale.make_probes(stubs, work, node_id, 8, GiB)
+            scale.stage_many(stubs, work, node_id, range(args.staged), GiB)
+        _workload(args.scenario, stubs, work, node_id, 3, probes)  # warm-up, not sampled
         recorder = subprocess.Popen(
             [
                 *(spy, "record", "--idle", "--threads", "--format", "raw"),
@@ -119,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             stderr=subprocess.DEVNULL,
         )
         time.sleep(1.0)  # py-spy attaches
-        _workload(args.scenario, stubs, work, node_id, count)
+        _workload(args.scenario, stubs, work, node_id, count, probes)
         recorder.send_signal(signal.SIGINT)
         recorder.wait(timeout=60)
         raw = raw_path.read_text()

@@ -36,6 +36,8 @@ from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.system.linux_mounts import sys_mount, sys_umount
 
 LEVELS = (10, 100, 500)
+# 500 sparse volumes promise more than the disk holds, though they use a few MiB each.
+PLUGIN_FLAGS = ("--overcommit-ratio", "1000")
 KIND = "ext4"
 _STAGERS = 4
 
@@ -59,7 +61,9 @@ def _stage(stubs: Stubs, work: Path, node_id: str, name: str, size: int) -> Volu
     return vol
 
 
-def _round(stubs: Stubs, work: Path, node_id: str, volume_id: str, index: int) -> dict[str, float]:
+def one_round(
+    stubs: Stubs, work: Path, node_id: str, volume_id: str, index: int
+) -> dict[str, float]:
     """One probe volume through the node calls, each timed; the volume stays created."""
     cap = cap_for(KIND)
     staging = work / "staging" / f"probe-{index}"
@@ -161,24 +165,17 @@ def scale(
 ) -> dict[str, Any]:
     """Every level's per-call summaries and restart seconds, and the mount(2) cost."""
     work.mkdir(parents=True, exist_ok=True)
-    plugin = Plugin(work / "plugin", node_id)
+    plugin = Plugin(work / "plugin", node_id, extra=PLUGIN_FLAGS)
     stubs = plugin.start()
     background: list[Volume] = []
     probes: list[str] = []
     out: dict[str, Any] = {"levels": {}, "samples": samples, "kind": KIND}
     try:
-        for index in range(samples + 1):
-            created = stubs.controller.CreateVolume(
-                rq.create_volume(f"scale-probe-{index}", cap_for(KIND), size)
-            )
-            probes.append(created.volume.volume_id)
-        # Formatted once before any level is timed, so no level's NodeStage pays for mkfs.
-        for index, volume_id in enumerate(probes):
-            _round(stubs, work, node_id, volume_id, index)
+        probes = make_probes(stubs, work, node_id, samples + 1, size)
         for level in levels:
-            background += _stage_many(stubs, work, node_id, range(len(background), level), size)
+            background += stage_many(stubs, work, node_id, range(len(background), level), size)
             print(f"  {level} staged; timing the node calls ...", flush=True)
-            runs = [_round(stubs, work, node_id, v, i) for i, v in enumerate(probes)][1:]
+            runs = [one_round(stubs, work, node_id, v, i) for i, v in enumerate(probes)][1:]
             stubs, restarted = restart(plugin, stubs)
             out["levels"][str(level)] = {
                 "calls": {name: summary([r[name] for r in runs]) for name in CALLS},
@@ -197,11 +194,23 @@ def scale(
     return out
 
 
-def _stage_many(stubs: Stubs, work: Path, node_id: str, indices: range, size: int) -> list[Volume]:
+def stage_many(stubs: Stubs, work: Path, node_id: str, indices: range, size: int) -> list[Volume]:
     with ThreadPoolExecutor(max_workers=_STAGERS) as pool:
         return list(
             pool.map(lambda i: _stage(stubs, work, node_id, f"scale-bg-{i}", size), indices)
         )
+
+
+def make_probes(stubs: Stubs, work: Path, node_id: str, count: int, size: int) -> list[str]:
+    """count volumes, each formatted by one untimed round, so no timed NodeStage pays mkfs."""
+    probes = []
+    for index in range(count):
+        created = stubs.controller.CreateVolume(
+            rq.create_volume(f"scale-probe-{index}", cap_for(KIND), size)
+        )
+        probes.append(created.volume.volume_id)
+        one_round(stubs, work, node_id, created.volume.volume_id, index)
+    return probes
 
 
 def _quiet_teardown(stubs: Stubs, vol: Volume, node_id: str) -> None:
