@@ -17,16 +17,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import grpc
 import pytest
 
 from csi_hostpath import requests as rq
+from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.store.pool import PoolLayout
 from tests import helpers as h
-from tests.e2e.harness import Cluster
+from tests.e2e.harness import TOPOLOGY_KEY, Cluster, Node
 from tests.e2e.harness import Pod as PodPaths
 from tests.e2e.k8s.adc import MAX_WAIT_FOR_UNMOUNT
-from tests.e2e.k8s.objects import OUT_OF_SERVICE
-from tests.e2e.k8s.provisioner import Claim
+from tests.e2e.k8s.clock import SimClock
+from tests.e2e.k8s.objects import OUT_OF_SERVICE, Api
+from tests.e2e.k8s.provisioner import Claim, ExternalProvisioner
 from tests.e2e.k8s.world import World
 from tests.kernel import loops_backed_under
 from tests.test_ledger_multinode import wait_for
@@ -247,3 +250,65 @@ def test_a_kubelet_restart_reconstructs_and_finishes_the_pod(
     handle = world.api.pvs[PVC].handle
     world.cluster.controller.call("controller", "DeleteVolume", rq.delete_volume(handle))
     assert not loops_backed_under(world.cluster.workdir)
+
+
+def test_wait_for_first_consumer_in_the_local_shape(
+    make_local_node: Callable[[str], Node],
+) -> None:
+    """The chart's local shape runs one external-provisioner per node (--node-deployment,
+    --strict-topology, --immediate-topology=false). checkNode leaves a claim with no selected node
+    alone (Pending, as WaitForFirstConsumer wants); once the scheduler selects node-b, only
+    node-b's instance creates the volume, asking for node-b's topology alone."""
+    nodes = {name: make_local_node(name) for name in ("node-a", "node-b")}
+    clock, api = SimClock(), Api()
+    instances = {
+        name: ExternalProvisioner(
+            api,
+            clock,
+            node.plugin,
+            nodes,
+            node_deployment=name,
+            strict_topology=True,
+            immediate_topology=False,
+        )
+        for name, node in nodes.items()
+    }
+    claim = Claim("pvc-wffc", h.mount_cap("ext4"), 32 * h.MiB)
+    for instance in instances.values():
+        instance.claim(claim)  # every instance watches the same claim
+
+    def step(seconds: float) -> None:
+        end = clock.now + seconds
+        while clock.now < end:
+            clock.now += 0.5
+            for instance in instances.values():
+                instance.sync()
+
+    step(30)
+    assert "pvc-wffc" not in api.pvs, "no consumer yet: Pending"
+    claim.selected_node = "node-b"  # the scheduler's volume.kubernetes.io/selected-node
+    step(2)
+    pv = api.pvs["pvc-wffc"]
+    expected = {TOPOLOGY_KEY: nodes["node-b"].node_id}
+    assert [dict(t.segments) for t in pv.volume.accessible_topology] == [expected]
+    assert instances["node-a"].outcomes == [], "node-a's instance never asked its driver"
+    assert instances["node-b"].outcomes == ["pvc-wffc: provisioned"]
+    listed_a = nodes["node-a"].plugin.call("controller", "ListVolumes", pb.ListVolumesRequest())
+    assert not listed_a.entries, "node-a's pool got nothing"
+    nodes["node-b"].plugin.call("controller", "DeleteVolume", rq.delete_volume(pv.handle))
+
+
+@pytest.mark.parametrize(
+    ("code", "selected", "state"),
+    [
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, True, "reschedule"),
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, False, "finished"),
+        (grpc.StatusCode.ABORTED, True, "in background"),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, False, "in background"),
+        (grpc.StatusCode.UNAVAILABLE, False, "in background"),
+        (grpc.StatusCode.INVALID_ARGUMENT, True, "finished"),
+    ],
+)
+def test_the_provisioners_check_error(code: grpc.StatusCode, selected: bool, state: str) -> None:
+    """controller.go checkError: how external-provisioner reads the driver's codes."""
+    assert ExternalProvisioner.check_error(code, selected) == state

@@ -37,6 +37,11 @@ class ExternalProvisioner:
     clock: SimClock
     controller: Plugin
     nodes: dict[str, Node]  # their NodeGetInfo is what CSINode objects say
+    # The flags of the chart's local shape (charts/csi-hostpath/templates/_local.tpl):
+    # --node-deployment with the node's name, --strict-topology, --immediate-topology=false.
+    node_deployment: str = ""
+    strict_topology: bool = False
+    immediate_topology: bool = True
     pending: dict[str, Claim] = field(default_factory=dict)
     backoff: Backoff = field(default_factory=workqueue_backoff)
     outcomes: list[str] = field(default_factory=list)
@@ -47,7 +52,10 @@ class ExternalProvisioner:
     def sync(self) -> None:
         now = self.clock.now
         for name, claim in sorted(self.pending.items()):
-            if not self.backoff.allowed(name, now):
+            if name in self.api.pvs:  # bound meanwhile (another instance provisioned it)
+                del self.pending[name]
+                continue
+            if not self.check_node(claim) or not self.backoff.allowed(name, now):
                 continue
             request = rq.create_volume(
                 name, claim.cap, claim.size, requirements=self.requirements(claim)
@@ -67,6 +75,14 @@ class ExternalProvisioner:
             del self.pending[name]
             self.api.pvs[name] = PV(name, response.volume, claim.cap)
             self.outcomes.append(f"{name}: provisioned")
+
+    def check_node(self, claim: Claim) -> bool:
+        """controller.go checkNode: without --node-deployment every claim is ours; with it,
+        only a claim whose selected node is this node (immediate binding is off in the chart,
+        so a claim with no selected node waits for the scheduler)."""
+        if not self.node_deployment:
+            return True
+        return claim.selected_node == self.node_deployment
 
     @staticmethod
     def check_error(code: grpc.StatusCode, may_reschedule: bool) -> str:
@@ -88,6 +104,12 @@ class ExternalProvisioner:
         duplicates); preferred starts at the selected node's term (delayed binding) or at a
         hash of the claim's name (immediate binding, --immediate-topology's default)."""
         topologies = self._topologies()
+        if claim.selected_node and self.strict_topology:
+            # --strict-topology: only the selected node's topology, requisite and preferred.
+            only = pb.Topology(segments=topologies[claim.selected_node])
+            return pb.TopologyRequirement(requisite=[only], preferred=[only])
+        if not claim.selected_node and not self.immediate_topology:
+            return None  # neither a selected node nor --immediate-topology: no requirement
         terms = sorted({tuple(sorted(t.items())) for t in topologies.values() if t})
         if not terms:
             return None  # no node has topology keys: no requirement at all
