@@ -75,6 +75,10 @@ class Pool:
         lost += [s for s in self.snapshots if s not in snaps]
         back = (set(listed) | set(snaps)) & self.deleted
         assert not back, f"deleted volumes or snapshots listed again: {back}"
+        # A crash leaves only what its window explains (removed or re-adopted at start):
+        # nothing of a kill or a state loss is ever a stranger to the pool.
+        strangers = sorted(p.name for p in (self.root / "quarantine").glob("*.img"))
+        assert not strangers, f"quarantined after a crash: {strangers}"
         return lost
 
 
