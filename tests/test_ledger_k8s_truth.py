@@ -69,6 +69,8 @@ def test_the_attachers_reconcile_cannot_undo_a_force_detach(spawn: Any, workdir:
 
     a_proc.kill(signal.SIGSTOP)
     time.sleep(float(GRACE) + 0.3)
+    # Silent, node-a still holds the volume: a repeat of its publish stays idempotent.
+    assert h.publish(ctrl, vid, "node-a", cap) == ctx_a
     operator = ["--node", "node-a", "--reason", "frozen", "--node-grace", GRACE]
     forced = ledger_cli(workdir, "force-detach", vid, *operator)
     assert forced.returncode == 0, forced
