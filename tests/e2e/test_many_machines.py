@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -33,6 +34,7 @@ from tests.e2e.k8s_sched.objects import ApiServer, Claim, Node
 from tests.e2e.k8s_sched.provisioner import CLASS, TOPOLOGY_KEY, NodeProvisioner
 from tests.e2e.k8s_sched.scheduler import ERR_REASON_NOT_ENOUGH_SPACE
 from tests.kernel import is_root
+from tests.test_ledger_multinode import wait_for
 from tests.test_operator_truth import free_port, metric
 
 pytestmark = [
@@ -204,6 +206,14 @@ def test_a_restore_lands_on_the_snapshots_node_and_elsewhere_is_resource_exhaust
     assert api.volumes[pinned.volume_name].node_affinity == [{TOPOLOGY_KEY: home}]
 
 
+def _serving(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
 def _cli(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "csi_hostpath", *args],
@@ -263,6 +273,8 @@ def test_a_removed_nodes_volumes_are_lost_and_one_is_deleted(
         f"127.0.0.1:{port}",
         node_id=gone.node_id,
     )
+    # The gRPC socket answers a moment before the metrics endpoint listens.
+    wait_for(lambda: _serving(port), 10, "the metrics endpoint")
     assert metric(port, "csi_hostpath_lost_volumes") == 1
     client.controller.DeleteVolume(pb.DeleteVolumeRequest(volume_id=held.handle))
     assert metric(port, "csi_hostpath_lost_volumes") == 0
