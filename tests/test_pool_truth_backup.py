@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import grpc
 import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
@@ -56,3 +57,32 @@ def test_controller_restored_from_an_old_backup_keeps_newer_volumes(workdir: Pat
         staging = _staged(client, workdir, new, cap, "st-after")
         assert (staging / "f").read_bytes() == payload
         _release(client, new, staging)
+
+
+def test_a_volume_deleted_since_the_backup_is_reported_and_never_published(
+    workdir: Path,
+) -> None:
+    """The mirror case: the backup still has a record whose file was deleted since. The record
+    is listed abnormal (its file is missing), ControllerPublish answers NOT_FOUND (it used to
+    answer OK, and the node's stage then failed), and DeleteVolume clears it."""
+    pool = ["--pool-dir", str(workdir / "pool")]
+    cap = h.mount_cap("ext4")
+    state, backup = workdir / "a-state", workdir / "backup"
+    with in_process(workdir, "a", *pool) as client:
+        gone = h.create(client, "gone", cap, 32 * MiB)
+    shutil.copytree(state, backup)
+    with in_process(workdir, "a", *pool) as client:
+        h.delete(client, gone.volume_id)
+    shutil.rmtree(state)
+    shutil.copytree(backup, state)
+    with in_process(workdir, "a", *pool) as client:
+        entries = client.controller.ListVolumes(pb.ListVolumesRequest()).entries
+        condition = {e.volume.volume_id: e.status.volume_condition for e in entries}
+        assert condition[gone.volume_id].abnormal
+        assert "missing" in condition[gone.volume_id].message
+        err = h.expect_code(
+            grpc.StatusCode.NOT_FOUND, h.publish, client, gone.volume_id, "node-a", cap
+        )
+        assert "backing file" in (err.details() or "")
+        h.delete(client, gone.volume_id)
+        assert gone.volume_id not in _listed(client)

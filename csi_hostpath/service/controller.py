@@ -446,6 +446,15 @@ class ControllerService:
             )
         silent_for = beat.age()
         with self.inflight.hold(volume_id, "ControllerPublishVolume"):
+            # A record can outlive its file (a state directory restored from an older backup):
+            # the pool is the truth, so there is nothing to publish.
+            if not self.layout.volume_file(volume_id).exists():
+                self._require_volume(volume_id)  # no record either: the plain NOT_FOUND
+                raise VolumeNotFound(
+                    f"volume {volume_id} has lost its backing file "
+                    f"{self.layout.volume_file(volume_id)}: its record outlived its data (a "
+                    "state directory restored from an older backup?); delete the volume"
+                )
 
             def decide(
                 volume: Volume, holders: list[Publication], count: int, generation: int
