@@ -11,6 +11,7 @@ send every CSI call."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import signal
 import time
@@ -208,6 +209,43 @@ def test_the_out_of_service_taint_detaches_at_once(make_cluster: Callable[..., C
     assert _audit(world) == ["publish", "revoke", "publish"]
 
     _thaw_and_expect_fence(world, "node-a")
+    _cleanup(world, "uid-b")
+
+
+def test_a_partitioned_node_still_running_is_revoked_and_fences_before_the_new_stage(
+    make_cluster: Callable[..., Cluster],
+) -> None:
+    """node-a is cut off from the control plane (its kubelet silent, NotReady) but its plugin
+    still runs, mounted, and still reaches the pool: the case where the taint is applied to a
+    node that is not really down. The attach-detach controller detaches at once; the driver
+    records a revocation (node-a's fresh heartbeat still lists the volume staged). node-b's
+    NodeStage is refused ABORTED while node-a's heartbeat lists it; the kubelet retries with
+    its backoff, node-a fences itself at its next fence pass, and the retry goes through."""
+    world = _world(make_cluster)
+    payload = _start(world, "uid-a", "node-a")
+    world.partition("node-a")
+    world.run_until(lambda: not world.api.nodes["node-a"].ready, 120, "node-a NotReady")
+    world.api.taint("node-a", OUT_OF_SERVICE)
+    world.run_until(lambda: "uid-a" not in world.api.pods, 10, "the pod GC")
+    world.api.create_pod("web-0", "uid-b", "node-b", PVC)
+    world.run_until(lambda: _mounted(world, "node-b", "uid-b"), 120, "web-0 on node-b", pace=0.05)
+
+    kubelet_b = world.kubelets["node-b"]
+    refused = [(t, e) for t, op, e in kubelet_b.failures if op == f"mountdevice/{PVC}"]
+    assert refused and all(e.startswith("ABORTED") and "node-a" in e for _, e in refused)
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(refused)]
+    assert gaps == sorted(gaps), f"the retries back off: {gaps}"
+    print(f"node-b's NodeStage refused {len(refused)} times, retried after {gaps} s")
+    assert "FENCING volume" in world.cluster.nodes["node-a"].plugin.log()
+    assert world.cluster.kubelet("node-a").stale_mounts() == []
+    assert _read(world, "node-b", "uid-b") == payload
+    assert _audit(world)[:3] == ["publish", "revoke", "publish"]
+    audit = world.cluster.ledger("audit", "--volume", world.api.pvs[PVC].handle).stdout
+    assert "still lists the volume as staged" in audit
+
+    # The partition heals: node-a's kubelet tears down what its deleted pod had.
+    world.kubelets["node-a"].frozen = False
+    world.run_until(lambda: not world.kubelets["node-a"].devices, 60, "node-a's teardown")
     _cleanup(world, "uid-b")
 
 

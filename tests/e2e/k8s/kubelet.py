@@ -37,6 +37,7 @@ class VolumeManager:
     backoff: Backoff = field(default_factory=operation_backoff)
     calls: list[tuple[str, str]] = field(default_factory=list)  # (method, PV)
     errors: dict[str, str] = field(default_factory=dict)  # operation -> last error
+    failures: list[tuple[float, str, str]] = field(default_factory=list)  # (when, op, error)
 
     @property
     def name(self) -> str:
@@ -183,6 +184,7 @@ class VolumeManager:
             getattr(self.node.plugin.client.node, method)(request, timeout=RPC_TIMEOUT)
         except grpc.RpcError as e:
             self.errors[op] = f"{e.code().name}: {e.details()}"
+            self.failures.append((now, op, self.errors[op]))
             self.backoff.failed(op, now)
             return False
         self.errors.pop(op, None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -55,14 +56,25 @@ class World:
         while self.clock.now < end:
             self.step()
 
-    def run_until(self, done: Callable[[], bool], limit: float, what: str) -> float:
-        """Advance until done() is true; the simulated seconds it took."""
+    def run_until(
+        self, done: Callable[[], bool], limit: float, what: str, pace: float = 0.0
+    ) -> float:
+        """Advance until done() is true; the simulated seconds it took. pace (real seconds
+        slept per tick) lets something that runs in real time, a node plugin's fence pass,
+        happen while the models retry."""
         start = self.clock.now
         while not done():
             if self.clock.now - start > limit:
                 raise AssertionError(f"{what}: not done after {limit:.0f} simulated seconds")
             self.step()
+            if pace:
+                time.sleep(pace)
         return self.clock.now - start
+
+    def partition(self, node: str) -> None:
+        """The node is cut off from the control plane (its kubelet posts nothing and hears
+        nothing), while its plugin still runs and still reaches the pool."""
+        self.kubelets[node].frozen = True
 
     # ----- a node that freezes: its kubelet and its plugin alike -----
     def freeze(self, node: str) -> None:
