@@ -142,16 +142,35 @@ class PoolLayout:
             self.nodes / f"{node_key(node_id)}.json", json.dumps(body).encode(), durable=False
         )
 
-    def beat_volume(self, node_id: str, volume_id: str, entry: dict[str, Any] | None) -> None:
-        """What the node reports of one volume; None: it reports nothing of it any more."""
+    def beat_volume(
+        self,
+        node_id: str,
+        volume_id: str,
+        entry: dict[str, Any] | None,
+        *,
+        unless_same: bool = False,
+    ) -> None:
+        """What the node reports of one volume; None: it reports nothing of it any more.
+        unless_same: leave the file alone when it already says exactly this (a read is much
+        cheaper than a create and a rename, and at start nearly every entry is unchanged)."""
         if not is_volume_id(volume_id):
             return
         path = self._node_dir(node_id) / f"{volume_id}.json"
         if entry is None:
             path.unlink(missing_ok=True)
             return
-        path.parent.mkdir(exist_ok=True)
-        write_atomically(path, json.dumps(entry, sort_keys=True).encode(), durable=False)
+        data = json.dumps(entry, sort_keys=True).encode()
+        if unless_same:
+            try:
+                if path.read_bytes() == data:
+                    return
+            except OSError:
+                pass
+        try:
+            write_atomically(path, data, durable=False)
+        except FileNotFoundError:  # the node's directory, made on its first report
+            path.parent.mkdir(exist_ok=True)
+            write_atomically(path, data, durable=False)
 
     def beat(self, node_id: str, volumes: dict[str, dict[str, Any]] | None = None) -> None:
         """The whole heartbeat: the record, and exactly these volumes (at start, after repairs)."""
@@ -161,7 +180,7 @@ class PoolLayout:
         for stale in set(self._volume_files(directory)) - set(volumes):
             self.beat_volume(node_id, stale, None)
         for volume_id, entry in volumes.items():
-            self.beat_volume(node_id, volume_id, entry)
+            self.beat_volume(node_id, volume_id, entry, unless_same=True)
         self.touch(node_id)
 
     def _volume_files(self, directory: Path) -> list[str]:

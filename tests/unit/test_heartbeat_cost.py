@@ -105,3 +105,26 @@ def test_an_older_record_with_inline_volumes_is_still_read(tmp_path: Path) -> No
     # The node's next whole beat replaces the inline list with its files.
     layout.beat("node-b", {})
     assert layout.heartbeat("node-b").volumes == {}  # type: ignore[union-attr]
+
+
+def test_a_whole_beat_rewrites_only_what_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The start's whole beat used to create and rename one file per staged volume even when
+    # nothing had changed: 1.6 s of a 500-volume restart.
+    layout = PoolLayout(tmp_path)
+    layout.ensure()
+    volumes = {f"vol-{i:032x}": {"staging": f"/s/{i}"} for i in range(20)}
+    layout.beat("node-a", volumes)
+    writes: list[Path] = []
+    write = pool.write_atomically
+
+    def spy_write(path: Path, data: bytes, *, durable: bool = True) -> None:
+        writes.append(path)
+        write(path, data, durable=durable)
+
+    monkeypatch.setattr(pool, "write_atomically", spy_write)
+    changed = next(iter(volumes))
+    layout.beat("node-a", volumes | {changed: {"staging": "/elsewhere"}})
+    assert [p.name for p in writes] == [f"{changed}.json", f"{node_key('node-a')}.json"]
+    assert layout.heartbeat("node-a").volumes[changed] == {"staging": "/elsewhere"}  # type: ignore[union-attr]
