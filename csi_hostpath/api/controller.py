@@ -126,7 +126,9 @@ class ControllerServicer(pb_grpc.ControllerServicer):
                     volume=convert.volume_to_pb(c.volume, c.volume_context, c.topology),
                     status=pb.ListVolumesResponse.VolumeStatus(
                         published_node_ids=item.published_node_ids,
-                        volume_condition=_condition(self.service.condition(item.volume)),
+                        volume_condition=_condition(
+                            self.service.condition(item.volume, item.published_node_ids)
+                        ),
                     ),
                 )
             )
@@ -223,7 +225,7 @@ class ControllerServicer(pb_grpc.ControllerServicer):
     ) -> pb.ControllerGetVolumeResponse:
         item = self.service.get_volume(request.volume_id)
         c = self.service.created(item.volume)
-        abnormal, message = self.service.condition(item.volume)
+        abnormal, message = self.service.condition(item.volume, item.published_node_ids)
         return pb.ControllerGetVolumeResponse(
             volume=convert.volume_to_pb(c.volume, c.volume_context, c.topology),
             status=pb.ControllerGetVolumeResponse.VolumeStatus(

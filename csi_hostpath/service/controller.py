@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from csi_hostpath.config import Config, PoolScope
-from csi_hostpath.core import access, ledger
+from csi_hostpath.core import access, conditions, ledger
 from csi_hostpath.core.capacity import refuse_below_reserve
 from csi_hostpath.core.context_keys import (
     ACCESS_TYPE_KEY,
@@ -48,6 +48,7 @@ from csi_hostpath.service.placement import (
 )
 from csi_hostpath.service.pool_truth import discard, making
 from csi_hostpath.service.revocation import Revocations
+from csi_hostpath.service.volume_health import node_io_errors
 from csi_hostpath.store import identity
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout
@@ -405,8 +406,8 @@ class ControllerService:
             # The node must refresh the loop device's size, and grow the filesystem on it.
             return size, True
 
-    def condition(self, volume: Volume) -> tuple[bool, str]:
-        """(abnormal, message) for the volume's backing store."""
+    def condition(self, volume: Volume, holders: Sequence[str]) -> tuple[bool, str]:
+        """(abnormal, message) for the volume's backing store, and what its holders saw."""
         path = self.layout.volume_file(volume.volume_id)
         size = self.system.pool.size(path)
         if size is None:
@@ -420,10 +421,9 @@ class ControllerService:
                 f"{volume.capacity_bytes}; it was changed outside the driver"
             )
         if self.system.pool.free_bytes() == 0:
-            return True, (
-                f"the pool {self.layout.root} is full: writes into unallocated parts of this "
-                "thin volume will fail; free space in the pool"
-            )
+            return True, conditions.pool_full(str(self.layout.root))
+        if seen := node_io_errors(self.layout, volume.volume_id, holders):
+            return True, seen
         return False, "backing file present, size as recorded"
 
     def get_volume(self, volume_id: str) -> ListedVolume:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from csi_hostpath.config import Config, PoolScope
-from csi_hostpath.core import access, ledger
+from csi_hostpath.core import access, conditions, ledger
 from csi_hostpath.core.context_keys import (
     ACCESS_TYPE_KEY,
     EPHEMERAL_KEY,
@@ -526,10 +526,9 @@ class NodeService:
         elif device.read_only and not access.effective_readonly(staged.access_mode, False):
             problem = f"{device.path} is read-only, though the volume is read-write"
         elif kind == AccessType.MOUNT and (errs := self.system.fs.error_count(device.path)):
-            problem = (
-                f"the kernel recorded {errs} {staged.fs_type} error(s) on {device.path}; "
-                "unstage it and run fsck"
-            )
+            problem = conditions.io_errors(errs, staged.fs_type, device.path)
+        elif self.system.pool.free_bytes() == 0:
+            problem = conditions.pool_full(str(self.layout.root))
         if kind == AccessType.BLOCK:
             size = self.system.devices.size(device.path)
             return VolumeStats(kind, size, 0, 0, abnormal=bool(problem), message=problem)

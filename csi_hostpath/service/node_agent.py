@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from csi_hostpath.config import Config
-from csi_hostpath.core import ledger
+from csi_hostpath.core import conditions, ledger
 from csi_hostpath.core.errors import Busy
 from csi_hostpath.core.model import AccessType, NodePublication, NodeStaging
 from csi_hostpath.core.naming import loop_tag
@@ -53,7 +53,9 @@ class NodeAgent:
         # Reconcile's items that failed at start, retried on each fence pass (node_repair).
         self.retry: Callable[[], None] | None = None
         # Other per-pass jobs (applying changed mutable parameters), run after each fence pass.
-        self.fence_pass_hooks: list[Callable[[], None]] = []
+        self.fence_pass_hooks: list[Callable[[], None]] = [self.report_io_errors]
+        # Volume ID -> the filesystem error count the heartbeat last reported.
+        self._reported_errors: dict[str, int] = {}
 
     def beat_soon(self) -> None:
         """Ask the background thread for a whole heartbeat at its next wake-up."""
@@ -67,12 +69,37 @@ class NodeAgent:
         staged = self.store.get_staging(volume_id)
         if staged is not None:
             entry = heartbeat_entry(staged, self.store.node_publications(volume_id))
+            self._add_health(entry, staged)
         try:
             self.layout.beat_volume(self.node_id, volume_id, entry)
             self.layout.touch(self.node_id)
         except OSError:
             log.exception("heartbeat entry of %s not written; rewriting them all", volume_id)
             self._beat_soon.set()
+
+    def _add_health(self, entry: dict[str, Any], s: NodeStaging) -> None:
+        count = self.system.fs.error_count(s.device) if s.access_type == AccessType.MOUNT else 0
+        if count:  # the controller's VolumeCondition reads it (service/volume_health.py)
+            entry[conditions.IO_ERRORS_KEY] = count
+
+    def report_io_errors(self) -> None:
+        """Write errors appear between RPCs (a thin pool runs out under a running pod), so each
+        fence pass reports a volume whose filesystem error count changed (issue 11 case 7)."""
+        for s in self.store.stagings():
+            if s.access_type != AccessType.MOUNT:
+                continue
+            count = self.system.fs.error_count(s.device)
+            if count == self._reported_errors.get(s.volume_id, 0):
+                continue
+            entry = heartbeat_entry(s, self.store.node_publications(s.volume_id))
+            self._add_health(entry, s)
+            try:
+                self.layout.beat_volume(self.node_id, s.volume_id, entry)
+            except OSError as e:  # a full pool: the next pass tries again
+                log.warning("%d I/O error(s) on %s not reported yet: %s", count, s.volume_id, e)
+                continue
+            log.warning("volume %s: its filesystem recorded %d error(s)", s.volume_id, count)
+            self._reported_errors[s.volume_id] = count
 
     def beat(self) -> None:
         """The whole heartbeat, carrying what this node has staged and published (for
@@ -88,6 +115,7 @@ class NodeAgent:
             busy = {p: self.mounts.busy[p] for p in paths if p in self.mounts.busy}
             if busy:
                 entry["busy"] = busy  # inspect names who holds them
+            self._add_health(entry, s)
         self.layout.beat(self.node_id, volumes)
 
     def fence_revoked(self) -> list[str]:

@@ -214,6 +214,12 @@ class PoolLayout:
             volumes = {only: volumes[only]} if only in volumes else {}
         return replace(beat, volumes=volumes)
 
+    def reported(self, node_id: str, volume_id: str) -> dict[str, Any] | None:
+        """What the node last reported of one volume (one small file), or None."""
+        if not is_volume_id(volume_id):
+            return None
+        return _read_json(self._node_dir(node_id) / f"{volume_id}.json")
+
     def heartbeat(self, node_id: str) -> Heartbeat | None:
         beat = self.node_record(node_id)
         return None if beat is None else self._with_volumes(beat)

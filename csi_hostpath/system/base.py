@@ -189,8 +189,8 @@ class Fs(Protocol):
         CAP_SYS_RESOURCE, unlike the online resize."""
 
     def error_count(self, device: str) -> int:
-        """Errors the kernel has recorded for the mounted filesystem on device (ext4's
-        errors_count); 0 where the filesystem keeps no count."""
+        """Errors and failed writes the kernel has recorded for the mounted filesystem on device
+        (ext4's errors_count and warning_count); 0 where the filesystem keeps no count."""
 
     def shutdown(self, mount_point: str) -> None:
         """FS_IOC_SHUTDOWN with NOSYNC: every later write fails with EIO at once."""

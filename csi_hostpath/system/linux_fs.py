@@ -224,8 +224,15 @@ class LinuxFs:
         run(["resize2fs", device], timeout=_FS_TOOL_TIMEOUT)
 
     def error_count(self, device: str) -> int:
-        raw = read_sys(f"/sys/fs/ext4/{os.path.basename(device)}/errors_count")
-        return int(raw) if raw and raw.isdigit() else 0
+        # errors_count: the errors ext4 raised (kept in the superblock, so it survives a
+        # remount until fsck clears it). warning_count: this mount's warnings, among them every
+        # write the loop device failed ("I/O error ... writing to inode", ext4_end_bio), which is
+        # how a thin pool that ran out of space shows first; often no error is raised at all.
+        total = 0
+        for name in ("errors_count", "warning_count"):
+            raw = read_sys(f"/sys/fs/ext4/{os.path.basename(device)}/{name}")
+            total += int(raw) if raw and raw.isdigit() else 0
+        return total
 
     def stats(self, path: str) -> FsStats:
         st = os.statvfs(path)
