@@ -34,6 +34,7 @@ from csi_hostpath.core.errors import (
     NotStaged,
     OnlineResizeUnavailable,
     PublishedElsewhere,
+    TargetBusy,
     VolumeNotFound,
     WrongAccessForVolume,
 )
@@ -330,7 +331,8 @@ class NodeService:
                 )
                 return
             self.tuning.cleared(volume_id, record.device if record else None)
-            self.mounts.teardown(volume_id, staging_path)
+            with self._reported_if_busy(volume_id):
+                self.mounts.teardown(volume_id, staging_path)
             # Written now, not soon: another node may be waiting to stage this volume.
             self.agent.volume_changed(volume_id)
             log.info("unstaged %s from %s", volume_id, staging_path)
@@ -422,6 +424,16 @@ class NodeService:
         self.agent.volume_changed(volume_id)
         log.info("published %s at %s (%s)", volume_id, target_path, "ro" if ro else "rw")
 
+    @contextmanager
+    def _reported_if_busy(self, volume_id: str) -> Iterator[None]:
+        # The timer only touches the node's record: a busy path reaches inspect (who holds it)
+        # through this volume's heartbeat entry, written as the call fails.
+        try:
+            yield
+        except TargetBusy:
+            self.agent.volume_changed(volume_id)
+            raise
+
     def unpublish(self, volume_id: str, target_path: str) -> None:
         target_path = check_path(target_path, "target_path")
         resolved = self._resolve(volume_id)
@@ -437,7 +449,8 @@ class NodeService:
                 # Nothing of this volume's is there: leave whatever is (the spec's answer is OK).
                 return
             if mounted is not None:
-                self.mounts.unmount(target_path)
+                with self._reported_if_busy(resolved):
+                    self.mounts.unmount(target_path)
             self.mounts.remove_target(target_path)
             if record is not None:
                 self.store.delete_node_publication(target_path)

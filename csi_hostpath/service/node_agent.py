@@ -68,8 +68,7 @@ class NodeAgent:
         entry = self.unclaimed.get(volume_id)
         staged = self.store.get_staging(volume_id)
         if staged is not None:
-            entry = heartbeat_entry(staged, self.store.node_publications(volume_id))
-            self._add_health(entry, staged)
+            entry = self._entry(staged, self.store.node_publications(volume_id))
         try:
             self.layout.beat_volume(self.node_id, volume_id, entry)
             self.layout.touch(self.node_id)
@@ -91,8 +90,7 @@ class NodeAgent:
             count = self.system.fs.error_count(s.device)
             if count == self._reported_errors.get(s.volume_id, 0):
                 continue
-            entry = heartbeat_entry(s, self.store.node_publications(s.volume_id))
-            self._add_health(entry, s)
+            entry = self._entry(s, self.store.node_publications(s.volume_id))
             try:
                 self.layout.beat_volume(self.node_id, s.volume_id, entry)
             except OSError as e:  # a full pool: the next pass tries again
@@ -110,13 +108,17 @@ class NodeAgent:
             publications.setdefault(p.volume_id, []).append(p)
         volumes: dict[str, dict[str, Any]] = dict(self.unclaimed)
         for s in self.store.stagings():
-            volumes[s.volume_id] = entry = heartbeat_entry(s, publications.get(s.volume_id, []))
-            paths = [s.staging_path, *entry["targets"]]
-            busy = {p: self.mounts.busy[p] for p in paths if p in self.mounts.busy}
-            if busy:
-                entry["busy"] = busy  # inspect names who holds them
-            self._add_health(entry, s)
+            volumes[s.volume_id] = self._entry(s, publications.get(s.volume_id, []))
         self.layout.beat(self.node_id, volumes)
+
+    def _entry(self, staged: NodeStaging, publications: list[NodePublication]) -> dict[str, Any]:
+        entry = heartbeat_entry(staged, publications)
+        paths = [staged.staging_path, *entry["targets"]]
+        busy = {p: self.mounts.busy[p] for p in paths if p in self.mounts.busy}
+        if busy:
+            entry["busy"] = busy  # inspect names who holds them
+        self._add_health(entry, staged)
+        return entry
 
     def fence_revoked(self) -> list[str]:
         fenced = []
