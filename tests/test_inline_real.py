@@ -128,3 +128,22 @@ def test_inline_size_is_judged_on_the_filesystem_that_holds_it(workdir: Path) ->
         )
         assert not loops_backed_under(workdir)
         assert not list(pool.rglob("*.img"))
+
+
+def test_inline_volumes_count_in_the_pools_promises(workdir: Path) -> None:
+    """An inline volume is a thin file in the pool like any other: GetCapacity stops promising
+    what it may still grow into. Failed before this: GetCapacity went on promising the 48 MiB
+    the inline volume could still write (only the controller's own volumes counted)."""
+    pool = tmpfs(workdir / "poolfs", "128m")
+    flags = ("--pool-dir", str(pool), "--allow-inline-volumes")
+    with in_process(workdir, "drv", *flags) as client:
+
+        def capacity() -> int:
+            return int(client.controller.GetCapacity(pb.GetCapacityRequest()).available_capacity)
+
+        before = capacity()
+        target = workdir / "pods" / "p1" / "inline"
+        client.node.NodePublishVolume(inline_request(target, "48Mi"))
+        assert capacity() <= before - 40 * MiB, (before, capacity())
+        h.node_unpublish(client, NAME, target)
+        assert capacity() >= before - MiB

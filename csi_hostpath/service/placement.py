@@ -110,6 +110,11 @@ class Capacity:
         # A volume being created is promised before its row exists; its file may have written
         # nothing yet.
         held += [Held(size, 0) for size in self._pending.values()]
+        # Inline ephemeral volumes are thin files in the same pool (service/node_ephemeral.py,
+        # POOL/inline/<node key>/), made by node plugins with no row here.
+        for path in self.layout.root.glob("inline/*/vol-*.img"):
+            if (size := pool.size(path)) is not None:
+                held.append(Held(size, pool.allocated(path)))
         return held
 
     def available(self) -> tuple[int, int]:
