@@ -475,8 +475,16 @@ def test_block_device_bind(env: Env) -> None:
     entry = env.system.mounts.find(str(target))
     assert entry is not None
     assert entry.root.endswith("/" + os.path.basename(device.path))
+    assert env.system.devices.is_node(str(target), device.path)
+    # A directory that merely has the device's name is not the device (issue 11 case 12).
+    lookalike = env.dir(os.path.basename(device.path))
+    other = env.dir("other-target")
+    env.system.mounts.bind(lookalike, other, read_only=False)
+    assert not env.system.devices.is_node(other, device.path)
+    env.system.mounts.unmount(other)
     env.system.mounts.unmount(str(target))
     assert env.system.mounts.find(str(target)) is None
+    assert not env.system.devices.is_node(str(target), device.path)
     # Binding the node did not open the device: it detaches at once.
     env.system.loop.detach(device.path)
     assert env.system.loop.find(env.tag("vol")) is None
