@@ -116,7 +116,9 @@ class Driver:
         self.config.socket_path.unlink(missing_ok=True)
 
     def check_health(self) -> None:
-        problems = readiness.problems(self.config, self.store.path)
+        problems = readiness.problems(
+            self.config, self.store.path, self.node.system if self.node is not None else None
+        )
         status = health_pb2.HealthCheckResponse.SERVING
         if problems:
             log.warning("not ready: %s", "; ".join(problems))
@@ -202,7 +204,10 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
         metrics = build_metrics(config, store, layout, system)
         started = threading.Event()
         liveness, server = _grpc_server(config, metrics)
-        pb_grpc.add_IdentityServicer_to_server(IdentityServicer(config, store, started), server)
+        node_system = node.system if node is not None else None
+        pb_grpc.add_IdentityServicer_to_server(
+            IdentityServicer(config, store, started, node_system), server
+        )
         if controller is not None:
             modify = ModifyService(store, MutableRecords(layout.root))
             groups = GroupSnapshots(GroupRecords(layout.root), controller, consistency)

@@ -13,16 +13,20 @@ from csi_hostpath.api.status import rpc
 from csi_hostpath.config import Config, PoolScope
 from csi_hostpath.service import health
 from csi_hostpath.store.db import Store
+from csi_hostpath.system.base import System
 
 log = logging.getLogger(__name__)
 Cap = pb.PluginCapability
 
 
 class IdentityServicer(pb_grpc.IdentityServicer):
-    def __init__(self, config: Config, store: Store, started: threading.Event) -> None:
+    def __init__(
+        self, config: Config, store: Store, started: threading.Event, system: System | None
+    ) -> None:
         self.config = config
         self.store = store
         self.started = started  # set once the server, reconcile and background loops run
+        self.system = system  # the node's system layer, whose machine checks Probe reports
 
     @rpc
     def GetPluginInfo(
@@ -54,7 +58,7 @@ class IdentityServicer(pb_grpc.IdentityServicer):
         if not self.started.is_set():
             log.info("not ready: the driver is still starting")
             return pb.ProbeResponse(ready=wrappers_pb2.BoolValue(value=False))
-        found = health.problems(self.config, self.store.path)
+        found = health.problems(self.config, self.store.path, self.system)
         if found:
             log.warning("not ready: %s", "; ".join(found))
         return pb.ProbeResponse(ready=wrappers_pb2.BoolValue(value=not found))

@@ -8,12 +8,12 @@ from pathlib import Path
 
 from csi_hostpath.config import Config
 from csi_hostpath.store import probe
-from csi_hostpath.system.runner import missing_tools
-
-NODE_TOOLS = ("blkid", "mkfs.ext4", "mount", "umount")
+from csi_hostpath.system.base import System
 
 
-def problems(config: Config, db_path: Path) -> list[str]:
+def problems(config: Config, db_path: Path, system: System | None) -> list[str]:
+    """Why the driver is not ready (empty when it is). system is the node's system layer, None
+    in a controller-only process: its machine checks (loop devices, tools) are the node's."""
     found = []
     try:
         probe.read_check(db_path)
@@ -25,12 +25,6 @@ def problems(config: Config, db_path: Path) -> list[str]:
         found.append(f"state directory {config.state_dir} refuses a write: {e.strerror or e}")
     if not os.access(config.pool_dir, os.W_OK):
         found.append(f"pool directory {config.pool_dir} is not writable")
-    if config.serves_node:
-        if not os.access("/dev/loop-control", os.R_OK | os.W_OK):
-            found.append(
-                "/dev/loop-control is missing or not usable (is /dev mounted, privileged?)"
-            )
-        missing = missing_tools(NODE_TOOLS)
-        if missing:
-            found.append(f"tools missing from PATH: {', '.join(missing)}")
+    if config.serves_node and system is not None:
+        found += system.readiness()
     return found

@@ -8,7 +8,7 @@ constructor and never import either.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -227,6 +227,10 @@ class Devices(Protocol):
         a block special file with the same device number? False when either is missing."""
 
 
+def nothing_missing() -> list[str]:
+    return []
+
+
 @dataclass(frozen=True, slots=True)
 class System:
     pool: Pool
@@ -235,3 +239,7 @@ class System:
     mounts: Mounts
     devices: Devices
     io: IoTuner
+    # What this machine lacks to serve a node (Probe reports it, empty when nothing): the real
+    # layer looks at /dev/loop-control and the tools on PATH; a fake kernel lacks nothing, so a
+    # driver on it is ready without root.
+    readiness: Callable[[], list[str]] = nothing_missing

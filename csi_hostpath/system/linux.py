@@ -7,6 +7,7 @@ System from them and re-exports the names other modules import from here.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from csi_hostpath.system.base import System
@@ -47,6 +48,7 @@ from csi_hostpath.system.linux_mounts import (
     unescape_mountinfo,
 )
 from csi_hostpath.system.linux_pool import FICLONE, LinuxPool
+from csi_hostpath.system.runner import missing_tools
 
 __all__ = [
     "BLKGETSIZE64",
@@ -84,6 +86,21 @@ __all__ = [
 ]
 
 
+# The tools a node runs on every stage (mkfs.xfs and the growers only when asked for).
+NODE_TOOLS = ("blkid", "mkfs.ext4", "mount", "umount")
+
+
+def machine_problems() -> list[str]:
+    """What keeps this machine from attaching, formatting and mounting (empty when nothing)."""
+    found = []
+    if not os.access("/dev/loop-control", os.R_OK | os.W_OK):
+        found.append("/dev/loop-control is missing or not usable (is /dev mounted, privileged?)")
+    missing = missing_tools(NODE_TOOLS)
+    if missing:
+        found.append(f"tools missing from PATH: {', '.join(missing)}")
+    return found
+
+
 def linux_system(pool_root: Path) -> System:
     return System(
         pool=LinuxPool(pool_root),
@@ -92,4 +109,5 @@ def linux_system(pool_root: Path) -> System:
         mounts=LinuxMounts(),
         devices=LinuxDevices(),
         io=LinuxIoTuner(),
+        readiness=machine_problems,
     )
