@@ -32,14 +32,15 @@ LABEL org.opencontainers.image.title="csi-hostpath" \
 
 # The node plugin shells out to these (csi_hostpath/system/linux.py; loop devices themselves are
 # driven with ioctls): blkid (util-linux), mkfs.ext4, e2fsck and resize2fs (e2fsprogs), mkfs.xfs
-# and xfs_growfs (xfsprogs), mount and umount (mount). No build tools are installed here.
+# and xfs_growfs (xfsprogs), mount and umount (mount). pyudev loads libudev1 for the kernel's
+# loop-device uevents (csi_hostpath/system/linux_uevents.py). No build tools are installed here.
 #
 # DL3008 (pin apt package versions) is ignored on purpose: Debian's archive keeps only the newest
 # version of each package in a stable release, so an exact pin stops building after the next
 # security update. The base image tag (bookworm) is what fixes the release.
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends util-linux e2fsprogs xfsprogs mount \
+    && apt-get install -y --no-install-recommends util-linux e2fsprogs xfsprogs mount libudev1 \
     && rm -rf /var/lib/apt/lists/*
 
 # The wheels are bind-mounted from the builder for this one step, so they never become a layer of

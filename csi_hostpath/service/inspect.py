@@ -109,6 +109,20 @@ def inspect_volume(
     phases.append(_staged(volume_id, holder_ids, staged_on, beats, node_grace, now))
     phases.append(_published(staged_on))
 
+    lost = [(n, v["abnormal"]) for n, v in sorted(staged_on.items()) if v.get("abnormal")]
+    if lost:
+        n, why = lost[0]
+        phases.append(
+            Phase(
+                "health",
+                ABNORMAL,
+                f"on {n}, {why}",
+                "something outside the driver (losetup -d, a script) released the device",
+                "restart the pods using it (NodeUnstage, NodeStage attach it again), or the "
+                "node plugin, which re-attaches staged volumes when it starts",
+            )
+        )
+        return phases
     abnormal = not backing.exists() or backing.stat().st_size != volume.capacity_bytes
     phases.append(
         Phase(

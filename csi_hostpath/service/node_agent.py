@@ -16,6 +16,7 @@ from csi_hostpath.core.model import AccessType, NodePublication, NodeStaging
 from csi_hostpath.core.naming import loop_tag
 from csi_hostpath.service.guard import InFlight
 from csi_hostpath.service.node_adopt import heartbeat_entry
+from csi_hostpath.service.node_devices import DeviceWatch
 from csi_hostpath.service.node_mounts import NodeMounts
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout
@@ -56,6 +57,8 @@ class NodeAgent:
         self.fence_pass_hooks: list[Callable[[], None]] = [self.report_io_errors]
         # Volume ID -> the filesystem error count the heartbeat last reported.
         self._reported_errors: dict[str, int] = {}
+        # Loop devices detached behind the driver's back, heard from the kernel's uevents.
+        self.devices = DeviceWatch(self.node_id, store, system, inflight, self.volume_changed)
 
     def beat_soon(self) -> None:
         """Ask the background thread for a whole heartbeat at its next wake-up."""
@@ -117,6 +120,8 @@ class NodeAgent:
         busy = {p: self.mounts.busy[p] for p in paths if p in self.mounts.busy}
         if busy:
             entry["busy"] = busy  # inspect names who holds them
+        if staged.volume_id in self.devices.abnormal:  # its loop device vanished (node_devices)
+            entry["abnormal"] = self.devices.abnormal[staged.volume_id]
         self._add_health(entry, staged)
         return entry
 
@@ -201,8 +206,10 @@ class NodeAgent:
     def start_background(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="node-heartbeat", daemon=True)
         self._thread.start()
+        self.devices.start()
 
     def stop_background(self) -> None:
+        self.devices.stop()
         self._stop.set()
         self._beat_soon.set()
         if self._thread is not None:

@@ -168,6 +168,10 @@ class Loop(Protocol):
         """Processes that have the device open or use a filesystem mounted from it: why a
         detach stays pending (autoclear)."""
 
+    def watch(self, changed: Callable[[str], None]) -> Callable[[], None]:
+        """Call changed(device) from a background thread whenever the kernel reports a change
+        of a loop device (attached, detached, resized); returns the function that stops it."""
+
 
 class Fs(Protocol):
     def probe(self, device: str) -> str | None:

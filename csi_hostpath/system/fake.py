@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from csi_hostpath.system.base import (
@@ -192,6 +193,17 @@ class FakeLoop:
         index = _fake_index(device)
         with self._kernel.lock:
             return tuple(self._kernel.device_users(index))
+
+    def watch(self, changed: Callable[[str], None]) -> Callable[[], None]:
+        with self._kernel.lock:
+            self._kernel.watchers.append(changed)
+
+        def stop() -> None:
+            with self._kernel.lock:
+                if changed in self._kernel.watchers:
+                    self._kernel.watchers.remove(changed)
+
+        return stop
 
 
 # --- filesystems ---------------------------------------------------------------------------------

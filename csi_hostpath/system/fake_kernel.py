@@ -9,6 +9,7 @@ import os
 import re
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from csi_hostpath.system.base import (
@@ -101,6 +102,9 @@ class FakeKernel:
     # Processes a test pretends: the path each uses (a directory it sits in, a file or a device
     # node it has open) and who it is. They keep mounts busy and devices open, as real ones do.
     processes: list[tuple[str, Holder]] = field(default_factory=list)
+    # Loop.watch callbacks: told of every device added or dropped, from a thread of their own,
+    # as the real watch is (a uevent arrives on pyudev's thread).
+    watchers: list[Callable[[str], None]] = field(default_factory=list)
     _fds: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -123,11 +127,17 @@ class FakeKernel:
     def add_device(self, device: _Device) -> None:
         self.devices[device.index] = device
         self._fds.add(device.fd)
+        self._uevent(device.path)
 
     def drop_device(self, device: _Device) -> None:
         del self.devices[device.index]
         self._fds.discard(device.fd)
         os.close(device.fd)
+        self._uevent(device.path)
+
+    def _uevent(self, path: str) -> None:
+        for changed in list(self.watchers):
+            threading.Thread(target=changed, args=(path,), daemon=True).start()
 
     def in_use(self, device: _Device) -> bool:
         return any(mount.holds == device.index for mount in self.mounts) or any(

@@ -13,11 +13,13 @@ import stat
 import struct
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
 from csi_hostpath.system.base import Holder, LoopDevice
 from csi_hostpath.system.holders import holders_of_device
+from csi_hostpath.system.linux_uevents import watch_loop_devices
 
 # Logged under the name the layer had before it was split into modules.
 log = logging.getLogger("csi_hostpath.system.linux")
@@ -414,6 +416,9 @@ class LinuxLoop:
 
     def holders(self, device: str) -> tuple[Holder, ...]:
         return tuple(holders_of_device(device))
+
+    def watch(self, changed: Callable[[str], None]) -> Callable[[], None]:
+        return watch_loop_devices(changed)
 
 
 # --- devices -------------------------------------------------------------------------------------

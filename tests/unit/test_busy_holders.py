@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
@@ -17,7 +19,7 @@ from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.base import Holder, System
 from csi_hostpath.system.fake import FakeKernel, fake_system
 from tests import helpers as h
-from tests.conftest import in_process
+from tests.conftest import Client, in_process
 
 
 def inspect(workdir: Path, volume_id: str) -> dict[str, dict[str, str]]:
@@ -27,20 +29,27 @@ def inspect(workdir: Path, volume_id: str) -> dict[str, dict[str, str]]:
         phases = inspect_volume(store, PoolLayout(workdir / "pool"), volume_id, 30)
     finally:
         store.close()
-    return {p.phase: {"state": p.state, "reason": p.reason} for p in phases}
+    return {p.phase: {"state": p.state, "detail": p.detail, "reason": p.reason} for p in phases}
 
 
-def test_a_busy_unpublish_names_the_holder_in_error_log_and_inspect(
-    workdir: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+@contextmanager
+def fake_driver(workdir: Path, *flags: str) -> Iterator[tuple[Client, FakeKernel]]:
+    """A `--mode all` driver on a fake kernel, its pool in workdir/pool (what inspect reads)."""
     kernel = FakeKernel()
 
     def system(pool_dir: Path) -> System:
         return fake_system(pool_dir, kernel=kernel)
 
+    pool = ("--pool-dir", str(workdir / "pool"))
+    with in_process(workdir, "ctrl", *pool, *flags, system=system, kernel=kernel) as client:
+        yield client, kernel
+
+
+def test_a_busy_unpublish_names_the_holder_in_error_log_and_inspect(
+    workdir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="csi_hostpath")
-    flags = ("--pool-dir", str(workdir / "pool"))
-    with in_process(workdir, "ctrl", *flags, system=system, kernel=kernel) as client:
+    with fake_driver(workdir) as (client, kernel):
         vol, staging, target = h.in_use(client, workdir, "busy", h.mount_cap("ext4"))
         kernel.hold(str(target / "sub"), Holder(4242, "postgres-writer", "cwd"))
 

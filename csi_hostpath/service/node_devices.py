@@ -1,0 +1,78 @@
+"""A loop device detached behind the driver's back shows as abnormal at once: the node hears the
+kernel's uevent (Loop.watch), finds which staged volume used the device, and marks it abnormal,
+in the log, the heartbeat (so `inspect`'s health row) and NodeGetVolumeStats, which also checks
+on demand. Before, only NodeGetVolumeStats noticed, when the CO asked.
+
+The driver's own detaches send the same uevent: each check runs under the volume's in-flight
+guard, so an unstage in progress is left alone, and one that has finished has removed the staging
+record the check looks for."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from csi_hostpath.core.errors import Busy
+from csi_hostpath.core.naming import loop_tag
+from csi_hostpath.service.guard import InFlight
+from csi_hostpath.store.db import Store
+from csi_hostpath.system.base import System
+
+# One logger for all of the node plugin, named as before it was split into modules.
+log = logging.getLogger("csi_hostpath.service.node")
+
+
+class DeviceWatch:
+    def __init__(
+        self,
+        node_id: str,
+        store: Store,
+        system: System,
+        inflight: InFlight,
+        changed: Callable[[str], None],
+    ) -> None:
+        self.node_id = node_id
+        self.store = store
+        self.system = system
+        self.inflight = inflight
+        self.changed = changed  # writes the volume's heartbeat entry
+        # Volume ID -> why it is abnormal; the heartbeat carries it.
+        self.abnormal: dict[str, str] = {}
+        self._stop: Callable[[], None] | None = None
+
+    def start(self) -> None:
+        self._stop = self.system.loop.watch(self.device_changed)
+
+    def stop(self) -> None:
+        if self._stop is not None:
+            self._stop()
+            self._stop = None
+
+    def device_changed(self, device: str) -> None:
+        for staged in self.store.stagings():
+            if staged.device == device or staged.volume_id in self.abnormal:
+                self.check(staged.volume_id)
+
+    def check(self, volume_id: str) -> None:
+        try:
+            with self.inflight.hold(volume_id, "device check"):
+                staged = self.store.get_staging(volume_id)
+                gone = staged is not None and (
+                    self.system.loop.find(loop_tag(self.node_id, volume_id)) is None
+                )
+                if not gone:
+                    if self.abnormal.pop(volume_id, None) is not None:
+                        self.changed(volume_id)
+                    return
+                assert staged is not None
+                why = (
+                    f"its loop device {staged.device} was detached behind the driver's back at "
+                    f"{time.strftime('%H:%M:%S')}: I/O to it fails"
+                )
+                if self.abnormal.get(volume_id) is None:
+                    log.error("volume %s is ABNORMAL: %s", volume_id, why)
+                    self.abnormal[volume_id] = why
+                    self.changed(volume_id)
+        except Busy:
+            return  # an operation of the driver's own is changing it; it knows
