@@ -48,8 +48,8 @@ def wait_for_heartbeat(layout: PoolLayout, node_id: str, since: float) -> None:
     wait (briefly) for one newer than the step, so the table shows the step's effect."""
     deadline = time.monotonic() + 3
     while time.monotonic() < deadline:
-        beat = layout.heartbeat(node_id)
-        if beat is not None and beat.at >= since:
+        reported = layout.last_report(node_id)
+        if reported is not None and reported >= since:
             return
         time.sleep(0.02)
 

@@ -74,7 +74,6 @@ class NodeAgent:
             entry = self._entry(staged, self.store.node_publications(volume_id))
         try:
             self.layout.beat_volume(self.node_id, volume_id, entry)
-            self.layout.touch(self.node_id)
         except OSError:
             log.exception("heartbeat entry of %s not written; rewriting them all", volume_id)
             self._beat_soon.set()

@@ -220,6 +220,17 @@ class PoolLayout:
             return None
         return _read_json(self._node_dir(node_id) / f"{volume_id}.json")
 
+    def last_report(self, node_id: str) -> float | None:
+        """When the node last wrote anything of its heartbeat: its record (on the timer) or a
+        volume's report (each rename in its directory moves the directory's mtime)."""
+        beat = self.node_record(node_id)
+        if beat is None:
+            return None
+        try:
+            return max(beat.at, self._node_dir(node_id).stat().st_mtime)
+        except OSError:
+            return beat.at
+
     def heartbeat(self, node_id: str) -> Heartbeat | None:
         beat = self.node_record(node_id)
         return None if beat is None else self._with_volumes(beat)
