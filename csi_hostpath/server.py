@@ -20,6 +20,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.api.controller import ControllerServicer
+from csi_hostpath.api.copy_pool import CopyPool
 from csi_hostpath.api.group_controller import GroupControllerServicer
 from csi_hostpath.api.identity import IdentityServicer
 from csi_hostpath.api.liveness import LivenessPool, max_concurrent_rpcs
@@ -92,6 +93,7 @@ class Driver:
     liveness: LivenessPool
     started: threading.Event
     metrics_server: Any = None
+    copies: CopyPool | None = None
     pool_claim: Any = None  # store.identity_owner.PoolClaim, held while a controller serves
     headroom: Headroom | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -102,6 +104,8 @@ class Driver:
         self.health.enter_graceful_shutdown()
         self.server.stop(grace).wait()
         self.liveness.shutdown()
+        if self.copies is not None:
+            self.copies.shutdown()
         if self.metrics_server is not None:
             self.metrics_server.shutdown()
             self.metrics_server.server_close()
@@ -138,7 +142,7 @@ class Driver:
 
 
 def _no_freeze(volume_id: str) -> AbstractContextManager[None]:
-    # A controller without a node in its process can't freeze: its copies are crash-consistent.
+    # A node-only process copies nothing: it serves freezes asked for through the pool instead.
     return nullcontext()
 
 
@@ -204,6 +208,7 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
         metrics = build_metrics(config, store, layout, system)
         started = threading.Event()
         liveness, server = _grpc_server(config, metrics)
+        copies = CopyPool(config.workers)  # snapshot and clone copies, apart from the RPC workers
         node_system = node.system if node is not None else None
         pb_grpc.add_IdentityServicer_to_server(
             IdentityServicer(config, store, started, node_system), server
@@ -212,7 +217,7 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
             modify = ModifyService(store, MutableRecords(layout.root))
             groups = GroupSnapshots(GroupRecords(layout.root), controller, consistency)
             pb_grpc.add_ControllerServicer_to_server(
-                ControllerServicer(controller, modify, groups, headroom), server
+                ControllerServicer(controller, modify, groups, headroom, copies), server
             )
             pb_grpc.add_GroupControllerServicer_to_server(GroupControllerServicer(groups), server)
             pb_grpc.add_SnapshotMetadataServicer_to_server(
@@ -238,6 +243,7 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
             liveness,
             started,
             headroom=headroom,
+            copies=copies,
         )
         driver.pool_claim = claim
     except BaseException:

@@ -1,17 +1,23 @@
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Callable
+from typing import TypeVar
+
 import grpc
 from google.protobuf import wrappers_pb2
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.api import convert
+from csi_hostpath.api.copy_pool import CopyPool
 from csi_hostpath.api.status import rpc
-from csi_hostpath.service.controller import ControllerService
+from csi_hostpath.service.controller import ControllerService, CreatedVolume
 from csi_hostpath.service.group_snapshots import GroupSnapshots
 from csi_hostpath.service.modify import ModifyService
 from csi_hostpath.service.teardown import Room, retry_when_full
 
+T = TypeVar("T")
 RPC = pb.ControllerServiceCapability.RPC
 # GET_SNAPSHOT is advertised: the csi-sanity built from csi-test's v5.5.0 changelog knows it and
 # runs its three GetSnapshot specs (an older release rejected unknown capabilities).
@@ -45,27 +51,47 @@ class ControllerServicer(pb_grpc.ControllerServicer):
         modify: ModifyService,
         groups: GroupSnapshots,
         room: Room | None = None,
+        copies: CopyPool | None = None,
     ) -> None:
         self.service = service
         self.modify = modify
         self.groups = groups
         self.room = room  # reserved headroom, given back when a teardown finds the disk full
+        # Snapshot and clone copies run here, never for long on an RPC worker (api/copy_pool.py).
+        self.copies = copies or CopyPool(16)
+
+    def _copying(
+        self, key: str, what: str, context: grpc.ServicerContext, work: Callable[[], T]
+    ) -> T:
+        return self.copies.run(key, what, work, context.time_remaining())
 
     @rpc
     def CreateVolume(
         self, request: pb.CreateVolumeRequest, context: grpc.ServicerContext
     ) -> pb.CreateVolumeResponse:
         tuning = self.modify.check(request.mutable_parameters)
-        created = self.service.create_volume(
-            name=request.name,
-            capabilities=convert.capabilities(request.volume_capabilities),
-            required_bytes=request.capacity_range.required_bytes,
-            limit_bytes=request.capacity_range.limit_bytes,
-            parameters=dict(request.parameters),
-            content_source=convert.content_source(request),
-            topology=convert.topology_requirement(request),
-        )
-        self.modify.created(created.volume.volume_id, tuning)
+        source = convert.content_source(request)
+
+        def create() -> CreatedVolume:
+            created = self.service.create_volume(
+                name=request.name,
+                capabilities=convert.capabilities(request.volume_capabilities),
+                required_bytes=request.capacity_range.required_bytes,
+                limit_bytes=request.capacity_range.limit_bytes,
+                parameters=dict(request.parameters),
+                content_source=source,
+                topology=convert.topology_requirement(request),
+            )
+            self.modify.created(created.volume.volume_id, tuning)
+            return created
+
+        if source is None:
+            created = create()  # no copy: quick, on this worker
+        else:
+            # The same request, and only it, waits on the same job.
+            body = request.SerializeToString(deterministic=True)
+            key = "volume:" + hashlib.sha256(body).hexdigest()
+            created = self._copying(key, f"CreateVolume {request.name!r}", context, create)
         return pb.CreateVolumeResponse(
             volume=convert.volume_to_pb(created.volume, created.volume_context, created.topology)
         )
@@ -163,7 +189,12 @@ class ControllerServicer(pb_grpc.ControllerServicer):
     def CreateSnapshot(
         self, request: pb.CreateSnapshotRequest, context: grpc.ServicerContext
     ) -> pb.CreateSnapshotResponse:
-        snap = self.service.create_snapshot(request.source_volume_id, request.name)
+        snap = self._copying(
+            f"snapshot:{request.name}\0{request.source_volume_id}",
+            f"CreateSnapshot {request.name!r}",
+            context,
+            lambda: self.service.create_snapshot(request.source_volume_id, request.name),
+        )
         group_id = self.groups.group_of(snap.snapshot_id)
         return pb.CreateSnapshotResponse(snapshot=convert.snapshot_to_pb(snap, group_id=group_id))
 

@@ -12,6 +12,7 @@ import grpc
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
+from csi_hostpath.api.copy_pool import STILL_COPYING
 from csi_hostpath.volume_cli.errors import NO_DRIVER, CliError, from_rpc
 
 Mode = pb.VolumeCapability.AccessMode
@@ -72,15 +73,22 @@ class Driver:
     ) -> Any:
         """The same, for a call that may take long (a copy): `tick(elapsed)` runs every 0.2 s
         while it is in flight, so a terminal can show that something is happening."""
-        future = method.future(request, timeout=CALL_TIMEOUT)
         start = time.monotonic()
-        while not future.done():
-            tick(time.monotonic() - start)
-            time.sleep(0.2)
-        try:
-            return future.result()
-        except grpc.RpcError as e:
-            raise from_rpc(e, what, next_step) from None
+        while True:
+            left = CALL_TIMEOUT - (time.monotonic() - start)
+            future = method.future(request, timeout=max(left, 1.0))
+            while not future.done():
+                tick(time.monotonic() - start)
+                time.sleep(0.2)
+            try:
+                return future.result()
+            except grpc.RpcError as e:
+                # The driver stops waiting for a long copy and answers ABORTED while it goes
+                # on (api/copy_pool.py); the same request waits on the same copy, as a CO does.
+                copying = STILL_COPYING in (e.details() or "")
+                if copying and time.monotonic() - start < CALL_TIMEOUT:
+                    continue
+                raise from_rpc(e, what, next_step) from None
 
     @property
     def node_id(self) -> str:
