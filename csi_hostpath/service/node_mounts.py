@@ -164,6 +164,7 @@ class NodeMounts:
             if mounted.source == device:
                 return
             raise Incompatible(f"{staging_path} already has {mounted.source} mounted on it")
+        self.busy.pop(staging_path, None)  # a fence's lazy unmount may have left it noted
         found = self.system.fs.probe(device)
         grow = False
         if found is None:
@@ -283,6 +284,8 @@ class NodeMounts:
         # Only what this plugin created: an empty directory or an empty placeholder file.
         if self.system.mounts.find(target_path) is not None:
             return
+        # Unmounted some other way (a fence's lazy unmount): nobody holds it busy any more.
+        self.busy.pop(target_path, None)
         try:
             if os.path.isdir(target_path) and not os.path.islink(target_path):
                 os.rmdir(target_path)

@@ -74,3 +74,29 @@ def test_a_busy_unpublish_names_the_holder_in_error_log_and_inspect(
         while "stuck" in str(inspect(workdir, vol.volume_id)) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert inspect(workdir, vol.volume_id)["published"]["state"] != "stuck"
+
+
+def test_a_path_released_another_way_is_no_longer_reported_busy(tmp_path: Path) -> None:
+    """A fence unmounts lazily, past NodeMounts.unmount: the busy note of that target or staging
+    path must not outlive it (inspect would show a re-staged volume stuck on old holders)."""
+    from csi_hostpath.core.model import AccessMode, AccessType, Capability
+    from csi_hostpath.service.node_mounts import NodeMounts
+
+    store = Store(tmp_path / "state.db")
+    try:
+        (tmp_path / "pool").mkdir()
+        system = fake_system(tmp_path / "pool")
+        mounts = NodeMounts("node-a", store, system, PoolLayout(tmp_path / "pool"), tmp_path)
+        target, staging = tmp_path / "target", tmp_path / "staging"
+        target.mkdir()
+        mounts.note_busy(str(target), "held by pid 1 (x, cwd)")
+        mounts.note_busy(str(staging), "held by pid 1 (x, cwd)")
+        mounts.remove_target(str(target))
+        assert str(target) not in mounts.busy
+        system.pool.create(system.pool.root / "v.img", 16 << 20)
+        device = system.loop.attach(system.pool.root / "v.img", "csihp:t:v")
+        cap = Capability(AccessType.MOUNT, AccessMode.SINGLE_NODE_WRITER, "ext4")
+        mounts.mount_staging("v", device.path, str(staging), "ext4", cap)
+        assert str(staging) not in mounts.busy
+    finally:
+        store.close()
