@@ -132,3 +132,29 @@ def test_case12_unpublish_leaves_a_foreign_mount_whose_root_is_named_like_the_de
     h.node_unpublish(driver, volume_id, target)
     assert not h.mounted(target) and not target.exists()
     h.unstage(driver, volume_id, staging)
+
+
+def test_case12_teardown_never_follows_a_symlink_to_another_target(
+    driver: Client, workdir: Path
+) -> None:
+    """A symlink to the volume's real target, handed to NodeUnpublish, and one to its real
+    staging path, handed to NodeUnstage: nothing of the volume's is mounted *at* either link, so
+    both answer OK and touch nothing. Failed on the old code: NodeUnpublish resolved the link and
+    unmounted the other pod's target."""
+    cap = h.mount_cap("ext4")
+    volume_id, staging, ctx = _staged(driver, workdir, cap, "follow")
+    target = workdir / "pods" / "uid1" / "mount"
+    h.node_publish(driver, volume_id, staging, target, cap, publish_context=ctx)
+    (target / "data").write_text("pod one")
+    links = workdir / "pods" / "uid2"
+    links.mkdir(parents=True)
+    (links / "mount").symlink_to(target)
+    h.node_unpublish(driver, volume_id, links / "mount")
+    assert h.mounted(target) and (target / "data").read_text() == "pod one"
+    assert (links / "mount").is_symlink(), "the link is not the driver's to remove"
+    h.node_unpublish(driver, volume_id, target)
+    (links / "globalmount").symlink_to(staging)
+    h.unstage(driver, volume_id, links / "globalmount")  # staged elsewhere: OK, nothing touched
+    assert h.mounted(staging)
+    h.unstage(driver, volume_id, staging)
+    assert not h.mounted(staging)

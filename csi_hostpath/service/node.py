@@ -52,7 +52,7 @@ from csi_hostpath.service.node_ephemeral import InlineVolumes, ephemeral_volume_
 from csi_hostpath.service.node_freeze import Freezes
 from csi_hostpath.service.node_freeze_remote import FreezeServer
 from csi_hostpath.service.node_mounts import NodeMounts
-from csi_hostpath.service.node_paths import DriverDirs, check_path
+from csi_hostpath.service.node_paths import DriverDirs, check_path, mounted_at
 from csi_hostpath.service.node_repair import NodeRepair
 from csi_hostpath.service.node_tuning import NodeTuning
 from csi_hostpath.store.db import Store
@@ -443,7 +443,7 @@ class NodeService:
             record = self.store.get_node_publication(target_path)
             if record is not None and record.volume_id != resolved:
                 raise Incompatible(f"{target_path} belongs to volume {record.volume_id}")
-            mounted = self.system.mounts.find(target_path)
+            mounted = mounted_at(self.system, target_path)
             device = self.system.loop.find(loop_tag(self.node_id, resolved))
             if record is None and (mounted is None or not self.mounts.is_ours(mounted, device)):
                 # Nothing of this volume's is there: leave whatever is (the spec's answer is OK).

@@ -22,7 +22,7 @@ from csi_hostpath.core.errors import (
 )
 from csi_hostpath.core.model import AccessType, Capability, NodeStaging
 from csi_hostpath.core.naming import loop_tag, node_key
-from csi_hostpath.service.node_paths import create_file_nofollow, refuse_symlink
+from csi_hostpath.service.node_paths import create_file_nofollow, mounted_at, refuse_symlink
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.base import (
@@ -247,7 +247,7 @@ class NodeMounts:
     def teardown(self, volume_id: str, staging_path: str) -> None:
         """Unmount the staging path if the volume is what is mounted there, detach the loop
         device, forget the staging record. Never touches a mount that is not the volume's."""
-        mounted = self.system.mounts.find(staging_path)
+        mounted = mounted_at(self.system, staging_path)
         device = self.system.loop.find(loop_tag(self.node_id, volume_id))
         if (
             mounted is not None
@@ -281,8 +281,9 @@ class NodeMounts:
         self.store.delete_staging(volume_id)
 
     def remove_target(self, target_path: str) -> None:
-        # Only what this plugin created: an empty directory or an empty placeholder file.
-        if self.system.mounts.find(target_path) is not None:
+        # Only what this plugin created: an empty directory or an empty placeholder file, never
+        # a symlink (the driver never makes one) or what it points to.
+        if os.path.islink(target_path) or self.system.mounts.find(target_path) is not None:
             return
         # Unmounted some other way (a fence's lazy unmount): nobody holds it busy any more.
         self.busy.pop(target_path, None)

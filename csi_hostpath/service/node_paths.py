@@ -23,6 +23,7 @@ import stat
 from pathlib import Path
 
 from csi_hostpath.core.errors import InvalidRequest
+from csi_hostpath.system.base import MountEntry, System
 
 
 def check_path(path: str, what: str) -> str:
@@ -70,6 +71,13 @@ class DriverDirs:
                     "would hide the driver's own files"
                 )
         return path
+
+
+def mounted_at(system: System, path: str) -> MountEntry | None:
+    """The mount at path itself. A symlink has none: the mount table knows only resolved paths,
+    so following the link would find (and teardown would unmount) whatever it points to, such
+    as another pod's target of the same volume."""
+    return None if os.path.islink(path) else system.mounts.find(path)
 
 
 def create_file_nofollow(path: str) -> None:
