@@ -82,7 +82,7 @@ class RemoteFreeze:
 
     @contextmanager
     def _one(self, node_id: str, volume_id: str) -> Iterator[None]:
-        beat = self.layout.heartbeat(node_id)
+        beat = self.layout.node_record(node_id)  # the record alone: when it last beat
         if beat is None or beat.age() > self.node_grace:
             raise Busy(
                 f"volume {volume_id} is held by node {node_id!r}, whose plugin has been silent "
