@@ -137,7 +137,7 @@ def _loops_to_release(root: str, tag_prefix: str) -> set[str]:
     for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
         try:
             path = backing.read_text().rstrip("\n").removesuffix(" (deleted)")
-        except FileNotFoundError:
+        except OSError:  # detached meanwhile (by anyone on this kernel): ENOENT, ENXIO, ENODEV
             continue
         if _under(path, root):
             devices.add(f"/dev/{backing.parent.parent.name}")
