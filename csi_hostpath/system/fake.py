@@ -279,7 +279,9 @@ class FakeFs:
             self._kernel.write_fs(found, _FsHeader("ext4", found.size_bytes))
 
     def error_count(self, device: str) -> int:
-        return 0
+        with self._kernel.lock:
+            found = self._kernel.device(device)
+            return 0 if found is None else self._kernel.fs_errors.get(found.index, 0)
 
     def stats(self, path: str) -> FsStats:
         with self._kernel.lock:

@@ -97,6 +97,9 @@ class FakeKernel:
     mounts: list[_Mount] = field(default_factory=list)
     frozen: set[int] = field(default_factory=set)
     shut_down: set[int] = field(default_factory=set)
+    # Device index -> the errors and failed writes its filesystem counted (ext4's errors_count
+    # plus warning_count); a test sets it to play a thin pool that ran out under a volume.
+    fs_errors: dict[int, int] = field(default_factory=dict)
     # The plugin's CAP_SYS_RESOURCE: without it the kernel refuses an online ext4 resize (EPERM).
     cap_sys_resource: bool = True
     # Processes a test pretends: the path each uses (a directory it sits in, a file or a device
