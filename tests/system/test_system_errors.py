@@ -122,3 +122,28 @@ def test_holders_of_a_device_name_who_has_it_open(env: Env) -> None:
     while env.system.loop.find(env.tag("vol")) is not None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert env.system.loop.find(env.tag("vol")) is None
+
+
+@pytest.mark.real
+def test_a_busy_unmount_left_to_umount8_is_typed_by_the_kernels_errno(env: Env) -> None:
+    """A mount libmount tracks in utab (a userspace option) is unmounted by umount(8), whose
+    exit status says only "failed"; the kernel is asked why (EBUSY)."""
+    if not env.real:
+        pytest.skip("utab and umount(8) are the real layer's")
+    target = env.dir("tracked")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "x-csihp-test", "csihp", target], check=True)
+    from csi_hostpath.system.linux_mounts import _in_utab
+
+    if not _in_utab(target):
+        subprocess.run(["umount", target], check=True)
+        pytest.skip("this libmount keeps no utab entry for x- options")
+    holder = subprocess.Popen(["sleep", "60"], cwd=target)
+    try:
+        with pytest.raises(ResourceBusy) as busy:
+            env.system.mounts.unmount(target)
+        assert busy.value.argv[0] == "umount" and busy.value.errno == errno.EBUSY
+    finally:
+        holder.kill()
+        holder.wait()
+    env.system.mounts.unmount(target)
+    assert env.system.mounts.find(target) is None
