@@ -50,11 +50,27 @@ class DeviceWatch:
             self._stop = None
 
     def device_changed(self, device: str) -> None:
-        for staged in self.store.stagings():
-            if staged.device == device or staged.volume_id in self.abnormal:
-                self.check(staged.volume_id)
+        # A uevent comes for every attach and detach on the host, other plugins' and this
+        # node's own NodeStage and NodeUnstage included: only the volumes staged on that device
+        # (and those already abnormal) are looked at, never every staging (issue 16).
+        candidates = dict.fromkeys(s.volume_id for s in self.store.stagings_on_device(device))
+        for volume_id in [*candidates, *self.abnormal]:
+            self.check(volume_id)
+
+    def _fine(self, volume_id: str) -> bool:
+        """Nothing to report: not staged, or its device is there. Asked without the guard."""
+        if volume_id in self.abnormal:
+            return False
+        staged = self.store.get_staging(volume_id)
+        return (
+            staged is None or self.system.loop.find(loop_tag(self.node_id, volume_id)) is not None
+        )
 
     def check(self, volume_id: str) -> None:
+        # The common answer, "its device is there", is found without taking the volume's guard:
+        # a CO call arriving while a check held it would be refused ABORTED for nothing.
+        if self._fine(volume_id):
+            return
         try:
             with self.inflight.hold(volume_id, "device check"):
                 staged = self.store.get_staging(volume_id)

@@ -497,6 +497,10 @@ class Store:
         rows = self._read("SELECT * FROM node_staged WHERE volume_id=?", (volume_id,))
         return _staging(rows[0]) if rows else None
 
+    def stagings_on_device(self, device: str) -> list[NodeStaging]:
+        rows = self._read("SELECT * FROM node_staged WHERE device=?", (device,))
+        return [_staging(r) for r in rows]
+
     def stagings(self) -> list[NodeStaging]:
         return [_staging(r) for r in self._read("SELECT * FROM node_staged ORDER BY staged_at")]
 

@@ -11,6 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from csi_hostpath.core.model import AccessMode, AccessType, NodeStaging
+from csi_hostpath.core.naming import loop_tag
+from csi_hostpath.service.guard import InFlight
+from csi_hostpath.service.node_devices import DeviceWatch
+from csi_hostpath.store.db import Store
 from csi_hostpath.system.fake import fake_system
 from tests import helpers as h
 from tests.unit.test_busy_holders import fake_driver, inspect
@@ -54,3 +59,44 @@ def test_the_drivers_own_unstage_is_not_abnormal(
             h.release(client, vol.volume_id, staging, target)
         time.sleep(0.3)  # the uevents' threads
     assert "ABNORMAL" not in caplog.text
+
+
+def test_a_uevent_looks_only_at_its_device_and_holds_no_healthy_volume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 16: every uevent on the host (each NodeStage and NodeUnstage sends two) read every
+    # staging of the node, and held each matching volume's guard while it looked, so a CO call
+    # arriving then was refused ABORTED ("device check"; make bench's lifecycle hit it).
+    store = Store(tmp_path / "state.db")
+    system = fake_system(tmp_path / "pool")
+    (tmp_path / "pool").mkdir()
+    backing = tmp_path / "pool" / "v.img"
+    system.pool.create(backing, 8 << 20)
+    volume_id = "vol-" + "1" * 32
+    device = system.loop.attach(backing, loop_tag("node-a", volume_id))
+    staged = NodeStaging(
+        volume_id, "/s", AccessType.BLOCK, AccessMode.SINGLE_NODE_WRITER, "", device.path, 1, 0.0
+    )
+    store.save_staging(staged)
+    inflight = InFlight()
+    watch = DeviceWatch("node-a", store, system, inflight, lambda _v: None)
+
+    def every_staging() -> None:
+        raise AssertionError("a uevent read every staging")
+
+    holds: list[str] = []
+    hold = inflight.hold
+
+    def counted(key: str, operation: str) -> object:
+        holds.append(key)
+        return hold(key, operation)
+
+    monkeypatch.setattr(store, "stagings", every_staging)
+    monkeypatch.setattr(inflight, "hold", counted)
+    watch.device_changed("/dev/loop999")
+    watch.device_changed(device.path)
+    assert holds == [] and watch.abnormal == {}
+    system.loop.detach(device.path)
+    watch.device_changed(device.path)
+    assert holds == [volume_id] and volume_id in watch.abnormal
+    store.close()
