@@ -43,9 +43,13 @@ def refuse_symlink(path: str, what: str) -> None:
     except OSError:
         return  # absent (the driver creates it) or unreadable (the later step says why)
     if stat.S_ISLNK(st.st_mode):
+        try:
+            to = f" (to {os.readlink(path)[:200]!r})"
+        except OSError:  # gone again since the lstat
+            to = ""
         raise InvalidRequest(
-            f"{what} {path} is a symbolic link (to {os.readlink(path)[:200]!r}); the driver "
-            "mounts only onto a real directory or file, never through a link"
+            f"{what} {path} is a symbolic link{to}; the driver mounts only onto a real "
+            "directory or file, never through a link"
         )
 
 
