@@ -1,6 +1,6 @@
-"""Node guards on real loop devices (issue 11, cases 8, 11, 12 and 13): mount flags that change
-the mount source, foreign mounts at the staging path, the lease and the grant's access type, and
-CO paths that are symlinks or name the driver's own directories."""
+"""Node guards on real loop devices (issue 11, cases 8, 11 and 13): mount flags that change the
+mount source, foreign mounts at the staging path, the lease and the grant's access type. CO paths
+that are symlinks or name the driver's own directories (case 12): tests/test_path_guards_real.py."""
 
 from __future__ import annotations
 
