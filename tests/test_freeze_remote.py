@@ -15,6 +15,7 @@ node's mount in its `finally` (inside the node's namespace), so a failure can't 
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -85,6 +86,15 @@ def writer_in(pid: int, mount: Path) -> Iterator[subprocess.Popen[bytes]]:
         nsenter(pid, "fsfreeze", "-u", str(mount), timeout=20)
         proc.kill()
         proc.wait(timeout=30)
+
+
+def answered_frozen(workdir: Path, volume_id: str) -> bool:
+    """The node's answer says "frozen": written after FIFREEZE (its record comes before)."""
+    answer = workdir / "pool" / "freeze-requests" / node_key("node-a") / f"{volume_id}.answer.json"
+    try:
+        return bool(json.loads(answer.read_bytes()).get("state") == "frozen")
+    except (OSError, ValueError):
+        return False
 
 
 def check_cut(workdir: Path, image: Path) -> int:
@@ -171,7 +181,8 @@ def test_controller_freezes_the_node_around_its_copy_and_a_dead_controller_thaws
 
         caller = threading.Thread(target=cut)
         caller.start()
-        wait_for(frozen_record.exists, 30, "the node's freeze record")
+        wait_for(lambda: answered_frozen(workdir, vid), 30, "the node's freeze")
+        assert frozen_record.exists()
         held = size_in(pid, staging / "log")
         time.sleep(1.0)
         assert size_in(pid, staging / "log") == held, "the writer is held by the freeze"
@@ -193,3 +204,69 @@ def test_controller_freezes_the_node_around_its_copy_and_a_dead_controller_thaws
         ).snapshot
         assert check_cut(workdir, workdir / "pool" / "snapshots" / f"{snap.snapshot_id}.img")
     ctrl.close()
+
+
+def test_a_node_killed_mid_freeze_keeps_the_cut_whole_and_its_restart_thaws(
+    spawn: Any, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kill -9 of the node while the controller copies: the kernel keeps the filesystem frozen
+    (the copy stays whole) until the plugin restarts; the restart marks the freeze broken before
+    it thaws, so the controller refuses that copy (ABORTED) and the retry cuts a consistent one."""
+    pool = str(workdir / "pool")
+    shared = ["--pool-scope", "shared", "--pool-dir", pool, "--heartbeat-interval", "0.3"]
+    monkeypatch.setenv(TEST_HOLD_ENV, "8")  # the controller holds each remote freeze 8 s
+    _, ctrl = spawn("ctrl", "--mode", "controller", *shared, node_id="controller")
+    monkeypatch.delenv(TEST_HOLD_ENV)
+    node_proc, node = spawn("node", "--mode", "node", *shared, node_id="node-a", prefix=UNSHARE)
+    assert node_proc.proc is not None and ctrl is not None
+    pid = node_proc.proc.pid
+
+    cap = h.mount_cap("ext4")
+    vol = h.create(ctrl, "node-dies", cap, 64 * h.MiB)
+    vid = vol.volume_id
+    staging = workdir / "node" / "globalmount"
+    staging.mkdir(parents=True)
+    h.stage(node, vol, staging, cap, h.publish(ctrl, vid, "node-a", cap))
+    frozen_record = workdir / "pool" / "frozen" / node_key("node-a") / f"{vid}.json"
+
+    with writer_in(pid, staging) as writer:  # the writer also keeps the node's namespace alive
+        wait_for(lambda: size_in(writer.pid, staging / "log") > 10 * RECORD, 30, "the writer")
+        outcome: list[object] = []
+
+        def cut(name: str) -> None:
+            try:
+                outcome.append(
+                    ctrl.controller.CreateSnapshot(
+                        pb.CreateSnapshotRequest(source_volume_id=vid, name=name), timeout=120
+                    )
+                )
+            except grpc.RpcError as e:
+                outcome.append(e)
+
+        caller = threading.Thread(target=cut, args=("cut-1",))
+        caller.start()
+        wait_for(lambda: answered_frozen(workdir, vid), 30, "the node's freeze")
+        assert frozen_record.exists()
+        assert node is not None
+        node.close()
+        node_proc.kill(signal.SIGKILL)
+        held = size_in(writer.pid, staging / "log")
+        time.sleep(1.0)
+        assert size_in(writer.pid, staging / "log") == held, "still frozen: the cut stays whole"
+
+        node_proc.prefix = ["nsenter", "-t", str(writer.pid), "-m", "--"]  # the same node
+        node = node_proc.start()
+        wait_for(lambda: size_in(writer.pid, staging / "log") > held, 30, "the restart's thaw")
+        caller.join(60)
+        assert outcome and isinstance(outcome[0], grpc.RpcError), outcome
+        assert outcome[0].code() == grpc.StatusCode.ABORTED, outcome[0].details()
+        assert "thawed" in (outcome[0].details() or "")
+        assert not list((workdir / "pool" / "snapshots").glob("*.img")), "the copy was discarded"
+
+        cut("cut-2")  # the CO's retry
+        snap = outcome[-1]
+        assert isinstance(snap, pb.CreateSnapshotResponse), snap
+        assert check_cut(
+            workdir, workdir / "pool" / "snapshots" / f"{snap.snapshot.snapshot_id}.img"
+        )
+    node.close()
