@@ -59,8 +59,11 @@ typecheck: lint  ## alias of lint
 test: install system-deps lint  ## lint, then every test, the real csi-sanity included (real loop devices: needs root)
 	PATH=$(SHARED_BIN):$$PATH $(PY) -m pytest -q $(PYTEST_ARGS)
 
-unit: install  ## the fast tests only (no root needed)
-	$(PY) -m pytest -q -m 'not real' $(PYTEST_ARGS)
+# The fast tests keep their scratch files on tmpfs where there is one: none of them measures
+# durability, and fsync on a busy shared disk was a third of their time.
+unit: install  ## the fast tests only (no root needed, under a minute)
+	TMPDIR=$$([ -w /dev/shm ] && echo /dev/shm || echo "$${TMPDIR:-/tmp}") \
+		$(PY) -m pytest -q -m 'not real' $(PYTEST_ARGS)
 
 clean:  ## remove the venv, caches and the .run directory (stop `make run` first)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis $(RUN_DIR) *.egg-info

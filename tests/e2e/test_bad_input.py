@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.core.quantity import QuantityError, parse_bytes
 from tests import helpers as h
-from tests.conftest import Client, DriverProcess, driver_args, in_process
+from tests.conftest import Client, DriverProcess, driver_args, in_process, scratch_parent
 from tests.kernel import cleanup_kernel
 from tests.needs import fs_available
 from tests.test_ledger_multinode import UNSHARE
@@ -293,9 +293,10 @@ def _fake_target(root: Path) -> Iterator[Target]:
 # there; the real layer keeps the full count.
 @pytest.fixture(scope="module", params=["fake", pytest.param("real", marks=pytest.mark.real)])
 def target(request: pytest.FixtureRequest) -> Iterator[Target]:
-    root = Path(tempfile.mkdtemp(prefix="csihp-test-"))
+    real = request.param == "real"
+    root = Path(tempfile.mkdtemp(prefix="csihp-test-", dir=scratch_parent(real)))
     try:
-        with (_fake_target if request.param == "fake" else _real_target)(root) as t:
+        with (_real_target if real else _fake_target)(root) as t:
             t.seed.fuzz_root.mkdir()
             _reseed(t.client, t.seed)
             t.mounts_outside = t.mounts()
