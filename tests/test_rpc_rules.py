@@ -463,17 +463,11 @@ def test_rwop_allows_one_target_rwo_allows_many(driver: Client, workdir: Path) -
 
 def test_same_target_different_readonly_is_already_exists(driver: Client, workdir: Path) -> None:
     """NodePublishVolume: 'Volume published but is incompatible' → ALREADY_EXISTS."""
-    vol = h.create(driver, "tgt", CAP, 32 * h.MiB)
-    ctx = h.publish(driver, vol.volume_id, "node-a", CAP)
-    staging, target = workdir / "st", workdir / "tg"
-    staging.mkdir()
-    h.stage(driver, vol, staging, CAP, ctx)
-    h.node_publish(driver, vol.volume_id, staging, target, CAP)
+    vol, staging, target = h.in_use(driver, workdir, "tgt", CAP)
     h.expect_code(
         C.ALREADY_EXISTS, h.node_publish, driver, vol.volume_id, staging, target, CAP, readonly=True
     )
-    h.node_unpublish(driver, vol.volume_id, target)
-    h.unstage(driver, vol.volume_id, staging)
+    h.release(driver, vol.volume_id, staging, target)
 
 
 def test_stats_on_unpublished_path_is_not_found(driver: Client, workdir: Path) -> None:

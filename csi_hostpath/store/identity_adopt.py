@@ -266,7 +266,8 @@ def _restore_holder(
         cap.access_mode.name,
     )
     db.execute(
-        "INSERT OR IGNORE INTO publications VALUES (?,?,?,?,?,?,?)",
+        "INSERT OR IGNORE INTO publications (volume_id, node_id, access_mode, access_type, "
+        "readonly, generation, published_at) VALUES (?,?,?,?,?,?,?)",
         (
             volume.volume_id,
             node_id,
