@@ -219,7 +219,9 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
             pb_grpc.add_ControllerServicer_to_server(
                 ControllerServicer(controller, modify, groups, headroom, copies), server
             )
-            pb_grpc.add_GroupControllerServicer_to_server(GroupControllerServicer(groups), server)
+            pb_grpc.add_GroupControllerServicer_to_server(
+                GroupControllerServicer(groups, copies), server
+            )
             pb_grpc.add_SnapshotMetadataServicer_to_server(
                 SnapshotMetadataServicer(SnapshotMetadataService(store, layout)), server
             )

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import grpc
 from google.protobuf import timestamp_pb2
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.api import convert
+from csi_hostpath.api.copy_pool import CopyPool
 from csi_hostpath.api.status import rpc
 from csi_hostpath.core.model import Snapshot
 from csi_hostpath.service.group_snapshots import GroupSnapshots
@@ -28,8 +31,11 @@ def group_to_pb(record: GroupRecord, members: list[Snapshot]) -> pb.VolumeGroupS
 
 
 class GroupControllerServicer(pb_grpc.GroupControllerServicer):
-    def __init__(self, groups: GroupSnapshots) -> None:
+    def __init__(self, groups: GroupSnapshots, copies: CopyPool | None = None) -> None:
         self.groups = groups
+        # The group's freeze and its cuts run as one job on the copy pool (api/copy_pool.py):
+        # in one thread, so each member's cut finds the freeze the group holds.
+        self.copies = copies or CopyPool(16)
 
     @rpc
     def GroupControllerGetCapabilities(
@@ -44,7 +50,13 @@ class GroupControllerServicer(pb_grpc.GroupControllerServicer):
     def CreateVolumeGroupSnapshot(
         self, request: pb.CreateVolumeGroupSnapshotRequest, context: grpc.ServicerContext
     ) -> pb.CreateVolumeGroupSnapshotResponse:
-        record = self.groups.create(request.name, list(request.source_volume_ids))
+        key = "group:" + hashlib.sha256(request.SerializeToString(deterministic=True)).hexdigest()
+        record = self.copies.run(
+            key,
+            f"CreateVolumeGroupSnapshot {request.name!r}",
+            lambda: self.groups.create(request.name, list(request.source_volume_ids)),
+            context.time_remaining(),
+        )
         _, members = self.groups.get(record.group_id, [])
         return pb.CreateVolumeGroupSnapshotResponse(group_snapshot=group_to_pb(record, members))
 
