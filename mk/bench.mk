@@ -9,7 +9,8 @@ BENCH_OUT ?= bench-results
 BENCH_ARGS ?=
 # One section (or several, comma-separated) alone, e.g. SECTION=scale; default all.
 SECTION ?=
-# The workload bench-profile samples: ext4, xfs, block (lifecycles) or ledger.
+# The workload bench-profile samples: ext4, xfs, block (lifecycles), ledger, or scale (the node
+# calls with 500 ext4 volumes staged beside them).
 SCENARIO ?= ext4
 
 .PHONY: bench bench-profile
@@ -17,6 +18,6 @@ SCENARIO ?= ext4
 bench: install  ## run the benchmark suite (root): writes bench-results/bench.md and bench.json
 	$(PY) -m bench --out $(BENCH_OUT) $(if $(SECTION),--only $(SECTION)) $(BENCH_ARGS)
 
-bench-profile: install  ## py-spy profile of the plugin under one workload (SCENARIO=ext4|xfs|block|ledger)
+bench-profile: install  ## py-spy profile of the plugin under one workload (SCENARIO=ext4|xfs|block|ledger|scale)
 	$(PY) -m pip install -q py-spy
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m bench.profile $(SCENARIO)
