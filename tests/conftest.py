@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 import pytest
 
+from tests import helpers
 from tests.kernel import cleanup_kernel, sweep_deferred
 
 
@@ -47,11 +48,6 @@ def workdir(request: pytest.FixtureRequest) -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _mounted_in_mountinfo(path: Path) -> bool:
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == str(path) for line in f)
-
-
 @dataclass
 class Client:
     """Stubs on one channel to a driver's socket."""
@@ -73,7 +69,7 @@ class Client:
     def mounted(self, path: Path) -> bool:
         """Is something mounted at path, on the layer this driver runs on?"""
         if self.kernel is None:
-            return _mounted_in_mountinfo(path)
+            return helpers.mounted(path)
         return any(m.entry.mount_point == os.path.realpath(path) for m in self.kernel.mounts)
 
     def __post_init__(self) -> None:
