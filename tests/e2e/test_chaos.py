@@ -433,6 +433,15 @@ def test_chaos_kill_9_during_lifecycles(
         f"kills {chaos.kills} ({chaos.kills_inside} met by the step's own retry), "
         f"state lost {dict(chaos.losses)}, restarts {restarts}"
     )
-    print(f"chaos: files lost {chaos.files_lost}, filesystems left frozen {chaos.left_frozen}")
+    # How many restarts found a filesystem frozen (a kill inside the freeze window) and
+    # thawed it from its record: the run must have tested the window, not only stepped past it.
+    thawed = sum(
+        p.handle.log_path.read_text(errors="replace").count("repair: thawed")
+        for p in [*chaos.cluster.plugins(), snap.plugin]
+    )
+    print(
+        f"chaos: files lost {chaos.files_lost}, filesystems left frozen {chaos.left_frozen} "
+        f"({thawed} frozen filesystems thawed by a restart)"
+    )
     assert sum(restarts.values()) == LIFECYCLES, "every kill was followed by one restart"
     assert chaos.files_lost == 0 and chaos.left_frozen == 0
