@@ -14,6 +14,7 @@ from csi_hostpath.api import required
 from csi_hostpath.core import errors
 from csi_hostpath.core.fullness import is_disk_full
 from csi_hostpath.system.base import CommandError, NoSpace, ResourceBusy, TimedOut
+from csi_hostpath.system.mount_scope import shared_mountinfo
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,9 @@ def rpc(method: F) -> F:
     def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
         try:
             required.check(request)
-            return method(self, request, context)
+            # Where the kernel can't name one mount, the RPC's lookups share one mountinfo read.
+            with shared_mountinfo():
+                return method(self, request, context)
         except Exception as exc:  # the edge: everything becomes a status
             if context.code() is not None:  # already aborted deliberately; let it through
                 raise

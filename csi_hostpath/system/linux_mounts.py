@@ -11,7 +11,7 @@ import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from csi_hostpath.system import linux_statmount
+from csi_hostpath.system import linux_statmount, mount_scope
 from csi_hostpath.system.base import CommandError, Holder, MountEntry
 from csi_hostpath.system.errors import command_error, syscall_error
 from csi_hostpath.system.holders import holders_of_path
@@ -109,7 +109,12 @@ def find_mount(path: str) -> MountEntry | None:
             if exc.kernel_wide:
                 _statmount_works = False
             log.debug("%s; reading mountinfo", exc)
-    return topmost(read_mountinfo_at(path), path)
+    snapshot = mount_scope.current()
+    if snapshot is None:
+        return topmost(read_mountinfo_at(path), path)
+    if snapshot.records is None:  # the RPC's one parse, shared by its later lookups
+        snapshot.records = read_mountinfo()
+    return topmost(snapshot.records, path)
 
 
 def topmost(records: Sequence[MountRecord], mount_point: str) -> MountEntry | None:
@@ -318,17 +323,27 @@ def _fast_remount_read_only(target: str) -> bool:
 def _fast_or_tool(fast: Callable[[], bool], argv: list[str]) -> None:
     """The fast call, else the tool; a tool that fails after the kernel refused the fast call
     raises the type of the kernel's errno, with the tool's message."""
-    refused: int | None = None
     try:
-        if fast():
-            return
-    except OSError as exc:
-        log.debug("%s; leaving it to %s", exc, argv[0])
-        refused = exc.errno
-    run(argv, errno=refused)
+        refused: int | None = None
+        try:
+            if fast():
+                return
+        except OSError as exc:
+            log.debug("%s; leaving it to %s", exc, argv[0])
+            refused = exc.errno
+        run(argv, errno=refused)
+    finally:
+        mount_scope.changed()  # every caller changes the mount table (or tried to)
 
 
 def _unmount(path: str, lazy: bool) -> None:
+    try:
+        _unmount_now(path, lazy)
+    finally:
+        mount_scope.changed()
+
+
+def _unmount_now(path: str, lazy: bool) -> None:
     flags = MNT_DETACH if lazy else 0
     if not _in_utab(path):
         try:
@@ -373,7 +388,10 @@ class LinuxMounts:
                 ["mount", "-o", "remount,bind,ro", target],
             )
         except CommandError:
-            run(["umount", target])
+            try:
+                run(["umount", target])
+            finally:
+                mount_scope.changed()
             raise
 
     def unmount(self, target: str, *, lazy: bool = False) -> None:

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from csi_hostpath.system import linux_loop, linux_mounts, linux_statmount
+from csi_hostpath.system import linux_loop, linux_mounts, linux_statmount, mount_scope
 from csi_hostpath.system.linux import (
     LO_FLAGS_DIRECT_IO,
     LOOP_CONFIGURE,
@@ -174,6 +174,42 @@ def test_find_asks_the_kernel_for_one_mount(
     monkeypatch.setattr(linux_mounts, "read_mountinfo", no_mountinfo)
     assert [mounts.find(point) for point in points] == [topmost(records, p) for p in points]
     assert mounts.find(str(work_dir)) is None
+
+
+@real
+def test_without_statmount_an_rpc_reads_mountinfo_once(
+    real_loop: LinuxLoop, work_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 16: where the kernel has no statmount (Linux < 6.8), every lookup of an RPC shares
+    # one parse of /proc/self/mountinfo, and a mount or unmount through LinuxMounts drops it.
+    def unsupported(path: str) -> None:
+        raise linux_statmount.Unsupported("no statmount (simulated)")
+
+    monkeypatch.setattr(linux_statmount, "find", unsupported)
+    reads: list[int] = []
+    original = linux_mounts.read_mountinfo
+
+    def counted() -> list[linux_mounts.MountRecord]:
+        reads.append(1)
+        return original()
+
+    monkeypatch.setattr(linux_mounts, "read_mountinfo", counted)
+    mounts = LinuxMounts()
+    source, target, other = work_dir / "src", work_dir / "target", work_dir / "other"
+    for directory in (source, target, other):
+        directory.mkdir()
+    with mount_scope.shared_mountinfo():
+        assert mounts.find(str(target)) is None
+        assert mounts.find(str(other)) is None
+        assert len(reads) == 1
+        mounts.bind(str(source), str(target), read_only=False)
+        found = mounts.find(str(target))
+        assert found is not None and found.mount_point == str(target)
+        assert mounts.find(str(other)) is None
+        assert len(reads) == 2
+        mounts.unmount(str(target))
+        assert mounts.find(str(target)) is None
+    assert len(reads) == 3
 
 
 WORKERS = 4
