@@ -108,9 +108,13 @@ class _TagIndex:
             self._scanned()[tag] = index
 
     def merge(self, seen: dict[str, int]) -> None:
-        """What a full scan saw, added where the index has nothing for the tag."""
+        """What a full scan saw, added where the index has nothing for the tag (and the index
+        itself when this was the first scan: no second one for it)."""
         with self._lock:
-            tags = self._scanned()
+            if self._tags is None:
+                self._tags = dict(seen)
+                return
+            tags = self._tags
             for tag, index in seen.items():
                 tags.setdefault(tag, index)
 

@@ -137,6 +137,27 @@ def test_find_and_attach_scan_no_loop_devices(
 
 
 @real
+def test_the_start_scans_loop_devices_once(
+    real_loop: LinuxLoop, work_dir: Path, tag_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Reconcile's list() is the start's one scan; the index takes it instead of scanning again.
+    monkeypatch.setattr(linux_loop, "_INDEX", linux_loop._TagIndex())
+    scans: list[int] = []
+    original = linux_loop._configured_loop_indices
+
+    def counted() -> list[int]:
+        scans.append(1)
+        return original()
+
+    monkeypatch.setattr(linux_loop, "_configured_loop_indices", counted)
+    real_loop.list(tag_prefix)
+    assert real_loop.find(tag_prefix + "missing") is None
+    device = real_loop.attach(_sparse(work_dir, "vol"), tag_prefix + "vol")
+    assert real_loop.find(tag_prefix + "vol") == device
+    assert len(scans) == 1
+
+
+@real
 def test_find_asks_the_kernel_for_one_mount(
     real_loop: LinuxLoop, work_dir: Path, tag_prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
