@@ -131,6 +131,10 @@ class FakeLoop:
         with self._kernel.lock:
             existing = self.find(tag)
             if existing is not None:
+                # A detach waiting on another holder is cancelled, as on the real kernel.
+                held = self._kernel.device(existing.path)
+                assert held is not None
+                held.autoclear = False
                 return existing
             mode = os.O_RDONLY if read_only else os.O_RDWR
             fd = os.open(backing_file, mode | os.O_CLOEXEC)

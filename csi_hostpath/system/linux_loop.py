@@ -26,6 +26,7 @@ log = logging.getLogger("csi_hostpath.system.linux")
 
 # --- ioctl numbers (linux/loop.h, linux/fs.h) ----------------------------------------------------
 LOOP_CLR_FD = 0x4C01
+LOOP_SET_STATUS64 = 0x4C04
 LOOP_GET_STATUS64 = 0x4C05
 LOOP_SET_CAPACITY = 0x4C07
 LOOP_CONFIGURE = 0x4C0A
@@ -60,9 +61,11 @@ _ATTACH_ATTEMPTS = 16
 # devtmpfs creates /dev/loopN when the kernel adds the disk, which can trail LOOP_CTL_GET_FREE.
 _NODE_WAIT_SECONDS = 2.0
 _NODE_POLL_SECONDS = 0.005
-# A device detached while something still holds it open (a mount, or just another thread's
-# LOOP_GET_STATUS64) stays bound, tag and all, with autoclear set until that last close. Attach
-# waits this long for such a device to go rather than hand out one that is about to vanish.
+# A device detached while something still holds it open (a mount, a copy of one in a mount
+# namespace another process made, or just another thread's LOOP_GET_STATUS64) stays bound, tag
+# and all, with autoclear set until that last close. Attach takes such a device back (clears
+# autoclear while it holds it open); one already in rundown refuses the open, and attach waits
+# up to this long for it to go before attaching anew.
 _RUNDOWN_WAIT_SECONDS = 0.5
 
 # "find by tag, else attach" for one tag runs under that tag's stripe, so two threads attaching
@@ -195,6 +198,25 @@ def _user_dev(kernel_dev: int) -> int:
     return os.makedev(major, minor)
 
 
+def _get_status(fd: int) -> list[object] | None:
+    """The unpacked struct loop_info64 of an open loop device; None when it is not (or no
+    longer) configured."""
+    buf = bytearray(LOOP_INFO64.size)
+    try:
+        fcntl.ioctl(fd, LOOP_GET_STATUS64, buf, True)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            return None
+        raise
+    return list(LOOP_INFO64.unpack(bytes(buf)))
+
+
+def _tag_and_flags(fields: list[object]) -> tuple[str, int]:
+    name, flags = fields[_LO_FILE_NAME_INDEX], fields[_LO_FLAGS_INDEX]
+    assert isinstance(name, bytes) and isinstance(flags, int)
+    return name.split(b"\0", 1)[0].decode("utf-8", errors="replace"), flags
+
+
 def _read_status(device: str) -> _Status | None:
     """The tag, flags and backing file identity of a configured device; None when it is not (or
     no longer) configured."""
@@ -202,20 +224,37 @@ def _read_status(device: str) -> _Status | None:
     if fd is None:
         return None
     try:
-        buf = bytearray(LOOP_INFO64.size)
-        try:
-            fcntl.ioctl(fd, LOOP_GET_STATUS64, buf, True)
-        except OSError as exc:
-            if exc.errno == errno.ENXIO:
-                return None
-            raise
+        fields = _get_status(fd)
     finally:
         os.close(fd)
-    fields = LOOP_INFO64.unpack(bytes(buf))
-    name, flags = fields[_LO_FILE_NAME_INDEX], fields[_LO_FLAGS_INDEX]
-    assert isinstance(name, bytes) and isinstance(flags, int)
-    tag = name.split(b"\0", 1)[0].decode("utf-8", errors="replace")
-    return _Status(tag, flags, _user_dev(int(fields[0])), int(fields[1]))
+    if fields is None:
+        return None
+    tag, flags = _tag_and_flags(fields)
+    dev, inode = fields[0], fields[1]
+    assert isinstance(dev, int) and isinstance(inode, int)
+    return _Status(tag, flags, _user_dev(dev), inode)
+
+
+def _take_back(device: str, tag: str) -> bool:
+    """Cancel the pending detach of device, if it still carries tag: clear autoclear (settable
+    with LOOP_SET_STATUS64, drivers/block/loop.c loop_set_status) while holding the device
+    open, so the holder's last close can't release it in between. False when it is in rundown
+    already (the open is refused) or was released and reused meanwhile."""
+    fd = _open_loop(device, os.O_RDONLY)
+    if fd is None:
+        return False
+    try:
+        fields = _get_status(fd)
+        if fields is None or _tag_and_flags(fields)[0] != tag:
+            return False
+        flags = _tag_and_flags(fields)[1]
+        if flags & LO_FLAGS_AUTOCLEAR:
+            fields[_LO_FLAGS_INDEX] = flags & ~LO_FLAGS_AUTOCLEAR
+            fcntl.ioctl(fd, LOOP_SET_STATUS64, LOOP_INFO64.pack(*fields))
+            log.info("took back %s (%s): its detach was waiting on another holder", device, tag)
+        return True
+    finally:
+        os.close(fd)
 
 
 def _read_tag(device: str) -> str | None:
@@ -333,15 +372,21 @@ class LinuxLoop:
         raise OSError(errno.EBUSY, f"no free loop device after {_ATTACH_ATTEMPTS} attempts")
 
     def _existing(self, tag: str) -> LoopDevice | None:
-        """The device carrying tag for attach to reuse; one in rundown is waited for."""
+        """The device carrying tag for attach to reuse. One whose detach waits on another
+        holder is taken back: handing it out as it is let the holder's last close take it
+        away from its new user (a mount then read a device of size 0: "can't read
+        superblock"); attaching the file to a second device instead would let two filesystems
+        write one file. One already in rundown is waited for."""
         deadline = time.monotonic() + _RUNDOWN_WAIT_SECONDS
         while True:
             found = self._lookup(tag)
             if found is None:
                 return None
             device, flags = found
-            if not flags & LO_FLAGS_AUTOCLEAR or time.monotonic() >= deadline:
+            if not flags & LO_FLAGS_AUTOCLEAR or _take_back(device.path, tag):
                 return device
+            if time.monotonic() >= deadline:
+                raise OSError(errno.EBUSY, f"{device.path} ({tag}) is still being released")
             time.sleep(_NODE_POLL_SECONDS)
 
     def _lookup(self, tag: str) -> tuple[LoopDevice, int] | None:

@@ -124,6 +124,26 @@ def test_holders_of_a_device_name_who_has_it_open(env: Env) -> None:
     assert env.system.loop.find(env.tag("vol")) is None
 
 
+def test_attach_takes_back_a_device_whose_detach_waits_on_a_holder(env: Env) -> None:
+    """A volume unstaged while something else still held its device (a mount namespace another
+    process made meanwhile keeps a copy of the mount, say), then staged again: attach hands out
+    that same device, so the filesystem is never mounted twice through two devices. It must be
+    the new user's from then on: when the old holder lets go, the detach still pending on it
+    used to take the device away under the new stage ("can't read superblock" on its mount)."""
+    device = env.attach("vol", EXT4_SIZE)
+    opener = _Process(env, opens=device.path)
+    try:
+        env.system.loop.detach(device.path)  # only marks it: the opener still has it open
+        again = env.attach("vol", EXT4_SIZE)
+        assert again.path == device.path
+    finally:
+        opener.stop()
+    assert env.system.loop.find(env.tag("vol")) == again
+    assert env.system.devices.size(again.path) == EXT4_SIZE
+    env.system.fs.mkfs(again.path, "ext4")
+    assert env.system.fs.probe(again.path) == "ext4"
+
+
 @pytest.mark.real
 def test_a_busy_unmount_left_to_umount8_is_typed_by_the_kernels_errno(env: Env) -> None:
     """A mount libmount tracks in utab (a userspace option) is unmounted by umount(8), whose
