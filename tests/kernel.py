@@ -3,6 +3,7 @@ directory is unmounted and every loop device backed by a file below it is detach
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import glob
 import os
@@ -27,8 +28,8 @@ def mounts_under(root: Path) -> list[str]:
     return found
 
 
-def _backing_identity(device: str) -> tuple[int, int] | None:
-    """(lo_device, lo_inode) of a configured loop device, as LOOP_GET_STATUS64 reports them."""
+def _loop_status(device: str) -> bytearray | None:
+    """The struct loop_info64 of a configured loop device; None when it is not (or going)."""
     try:
         fd = os.open(device, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
@@ -40,6 +41,14 @@ def _backing_identity(device: str) -> tuple[int, int] | None:
         return None
     finally:
         os.close(fd)
+    return buf
+
+
+def _backing_identity(device: str) -> tuple[int, int] | None:
+    """(lo_device, lo_inode) of a configured loop device, as LOOP_GET_STATUS64 reports them."""
+    buf = _loop_status(device)
+    if buf is None:
+        return None
     kernel_dev, inode = struct.unpack_from("=2Q", buf)
     major, minor = (kernel_dev >> 8) & 0xFFF, (kernel_dev & 0xFF) | ((kernel_dev >> 12) & 0xFFF00)
     return os.makedev(major, minor), inode
@@ -81,6 +90,49 @@ def loops_backed_under(root: Path) -> list[str]:
         if _backing_identity(device) in files:
             found.append(device)
     return found
+
+
+# How long a released loop device may take to go: generous, it is only reached when one stays.
+_RELEASE_DEADLINE = 30.0
+
+
+def released_after_teardown(root: Path, *points: Path) -> list[str]:
+    """What the CO does after NodeUnpublish and NodeUnstage, then the loop devices backed below
+    root that are still there once they had the chance to go (none, when the driver detached).
+
+    kubelet removes the pod's volume directory and the global staging directory once the plugin
+    returns (kubernetes pkg/volume/csi: csiMountMgr.TearDownAt and csiAttacher.UnmountDevice,
+    both through removeMountDir). On a shared kernel that matters: a mount namespace another
+    process made while the volume was mounted holds a copy of the mount (the host's mounts are
+    private, so umount doesn't reach it) and so the device, which LOOP_CLR_FD then only marks
+    autoclear. Removing the mount point detaches those copies (the kernel's d_invalidate), and
+    the device goes. A device the driver never detached stays, and is returned."""
+    for point in points:
+        with contextlib.suppress(FileNotFoundError):
+            if point.is_dir() and not point.is_symlink():
+                point.rmdir()
+            else:
+                point.unlink()
+    deadline = time.monotonic() + _RELEASE_DEADLINE
+    while True:
+        left = loops_backed_under(root)
+        if not left:
+            return left
+        # Still marked for release (only autoclear left) is worth waiting for; a device the
+        # driver never detached is not, and is reported at once.
+        pending = [dev for dev in left if _autoclear(dev)]
+        if len(pending) < len(left) or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+def _autoclear(device: str) -> bool:
+    """Is the device detached already, only waiting for its last user to close it?"""
+    buf = _loop_status(device)
+    if buf is None:
+        return True  # on its way out
+    (flags,) = struct.unpack_from("=I", buf, 52)  # lo_flags, after 5 u64 and 3 u32
+    return bool(flags & 4)  # LO_FLAGS_AUTOCLEAR
 
 
 _deferred: list[Path] = []

@@ -18,7 +18,7 @@ from csi_hostpath.system.base import Fs, Pool, System
 from csi_hostpath.system.linux import linux_system
 from tests import helpers as h
 from tests.conftest import Client, in_process
-from tests.kernel import loops_backed_under
+from tests.kernel import loops_backed_under, released_after_teardown
 
 pytestmark = pytest.mark.real
 C = grpc.StatusCode
@@ -146,16 +146,15 @@ def test_kill_9_between_stage_and_publish_then_publish_works(spawn: Any, workdir
         h.node_publish(client, vol.volume_id, staging, target, cap)
         assert (target / "before-crash").read_text() == "kept"
         # "serving" is logged just after the server starts answering: wait for the line.
-        for _ in range(200):
-            if handle.log().count(" serving ") >= 2:
-                break
+        deadline = time.monotonic() + 60
+        while handle.log().count(" serving ") < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         after_first_start = handle.log().split(" serving ", 1)[1]
         assert " serving " in after_first_start, "the driver was restarted"
         assert "repair" not in after_first_start, "the kernel state was intact: nothing to repair"
         h.node_unpublish(client, vol.volume_id, target)
         h.unstage(client, vol.volume_id, staging)
-        assert not loops_backed_under(workdir)
+        assert not released_after_teardown(workdir, target, staging)
     finally:
         client.close()
 

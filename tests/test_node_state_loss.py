@@ -17,7 +17,7 @@ from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.core.naming import node_key
 from csi_hostpath.store.db import Store
 from tests import helpers as h
-from tests.kernel import loops_backed_under
+from tests.kernel import loops_backed_under, released_after_teardown
 from tests.test_operator_truth import inspect
 
 pytestmark = pytest.mark.real
@@ -50,11 +50,8 @@ def _take_down(node: Any, vol_id: str, staging: Path, target: Path, workdir: Pat
     assert not h.mounted(target)
     h.unstage(node, vol_id, staging)
     assert not h.mounted(staging)
-    # The kernel finishes a detach when udev lets go of the device: wait a moment for it.
-    deadline = time.monotonic() + 10
-    while loops_backed_under(workdir) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not loops_backed_under(workdir), "NodeUnstage detached the adopted device"
+    left = released_after_teardown(workdir, target, staging)
+    assert not left, f"NodeUnstage left the adopted device attached: {left}"
 
 
 def _restart_on_empty_state(

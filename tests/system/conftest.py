@@ -159,9 +159,26 @@ def _detach_all(root: str, tag_prefix: str) -> set[str]:
         time.sleep(0.05)
 
 
+def _remove_mount_points(points: set[str]) -> None:
+    """Remove the directories (or files) the test mounted on, deepest first, once unmounted.
+    A mount namespace another process made while they were mounted (a test that unshares, on
+    this shared kernel) holds copies of those mounts, which umount here does not reach (the
+    host's mounts are private) and which keep the loop devices open: detaching then only marks
+    them autoclear. Removing a mount point detaches every copy of it (the kernel's
+    d_invalidate), which is how the devices can go before the check below."""
+    for point in sorted(points, key=lambda p: (p.count("/"), len(p)), reverse=True):
+        with contextlib.suppress(OSError):  # not empty, still mounted, or gone: left to rmtree
+            if os.path.isdir(point) and not os.path.islink(point):
+                os.rmdir(point)
+            else:
+                os.unlink(point)
+
+
 def _real_cleanup(root: str, tag_prefix: str) -> list[str]:
+    mounted = {p for p in _mount_points() if _under(p, root) and p != root}
     _unmount_all(root)
     problems = [f"mount left: {p}" for p in _mount_points() if _under(p, root)]
+    _remove_mount_points(mounted - set(_mount_points()))
     problems += [f"loop left: {d}" for d in sorted(_detach_all(root, tag_prefix))]
     return problems
 
