@@ -52,6 +52,14 @@ def node_mounts(node_pid: int) -> list[str]:
     return [line.split()[4] for line in lines]
 
 
+def on_kernel(tag: str) -> LoopDevice | None:
+    """The device carrying tag, by a scan of every loop device. Not LinuxLoop().find(): that
+    believes this process's tag index, which the first scan in the pytest process built (an
+    earlier test's) and which never learns of a device another process (the plugin) tags
+    later, so the find missed the plugin's device whenever a real test ran before this one."""
+    return next((d for d in LinuxLoop().list(tag) if d.tag == tag), None)
+
+
 def test_a_restarted_plugin_in_a_new_container_claims_its_devices(
     spawn: Any, workdir: Path
 ) -> None:
@@ -87,7 +95,7 @@ def test_a_restarted_plugin_in_a_new_container_claims_its_devices(
         staging.mkdir()
         h.stage(client, vol, staging, cap, h.publish(ctrl, vid, "node-a", cap))
         assert str(staging) in node_mounts(node.pid), "the stage reached the node (Bidirectional)"
-        device = LinuxLoop().find(loop_tag("node-a", vid))
+        device = on_kernel(loop_tag("node-a", vid))
         assert device is not None
 
         # The container dies. What every reader now sees is the path inside the pool's mount.
@@ -100,7 +108,7 @@ def test_a_restarted_plugin_in_a_new_container_claims_its_devices(
         # A restart in a new container, records intact: the device is the volume's by its tag.
         second, client = plugin(2)
         h.stage(client, vol, staging, cap, h.publish(ctrl, vid, "node-a", cap))  # idempotent
-        found: LoopDevice | None = LinuxLoop().find(loop_tag("node-a", vid))
+        found = on_kernel(loop_tag("node-a", vid))
         assert found is not None and found.path == device.path
         assert "re-attached" not in second.log()
         client.close()
@@ -115,7 +123,7 @@ def test_a_restarted_plugin_in_a_new_container_claims_its_devices(
         h.unstage(client, vid, staging)
         assert str(staging) not in node_mounts(node.pid)
         deadline = time.monotonic() + 10
-        while LinuxLoop().find(loop_tag("node-a", vid)) is not None:
+        while on_kernel(loop_tag("node-a", vid)) is not None:
             assert time.monotonic() < deadline, "NodeUnstage did not detach the re-adopted device"
             time.sleep(0.05)
         client.close()
