@@ -68,8 +68,16 @@ class NodeAgent:
         """Report one volume as it is now (staged, targets, or gone): one small file, written
         by the RPC that changed it, so another node waiting for this one to let go sees it at
         once. Nothing else is read or rewritten, and no store lock is held while writing."""
-        entry = self.unclaimed.get(volume_id)
         staged = self.store.get_staging(volume_id)
+        # Left in place for the CO's NodeUnstage, which has now taken it down: once its device
+        # is gone nothing is left in place, and listing it would stop the next node's stage.
+        if (
+            staged is None
+            and volume_id in self.unclaimed
+            and self.system.loop.find(loop_tag(self.node_id, volume_id)) is None
+        ):
+            self.unclaimed.pop(volume_id, None)
+        entry = self.unclaimed.get(volume_id)
         if staged is not None:
             entry = self._entry(staged, self.store.node_publications(volume_id))
         try:

@@ -128,3 +128,25 @@ def test_a_whole_beat_rewrites_only_what_changed(
     layout.beat("node-a", volumes | {changed: {"staging": "/elsewhere"}})
     assert [p.name for p in writes] == [f"{changed}.json", f"{node_key('node-a')}.json"]
     assert layout.heartbeat("node-a").volumes[changed] == {"staging": "/elsewhere"}  # type: ignore[union-attr]
+
+
+def test_an_unclaimed_volume_the_co_unstaged_is_no_longer_listed(
+    drv: tuple[Driver, Client], tmp_path: Path
+) -> None:
+    # chaos seed 4241986380, lifecycle 114: node-a killed -9 inside NodeStage after the mount and
+    # before the record; its restart left the mounted device in place as "unclaimed"; the CO's
+    # NodeUnstage took it down, but the entry stayed listed, so node-b's NodeStage was refused
+    # ABORTED ("still staged on node-a") for as long as node-a lived.
+    driver, client = drv
+    assert driver.node is not None
+    layout = PoolLayout(driver.config.pool_dir)
+    volume_id = "vol-" + "2" * 32
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    agent = driver.node.agent
+    agent.unclaimed[volume_id] = {"unclaimed": "no record", "device": "/dev/loop9", "mounts": []}
+    layout.beat_volume("node-a", volume_id, agent.unclaimed[volume_id])
+    assert volume_id in layout.heartbeat("node-a").volumes  # type: ignore[union-attr]
+    h.unstage(client, volume_id, staging)
+    assert volume_id not in layout.heartbeat("node-a").volumes  # type: ignore[union-attr]
+    assert volume_id not in agent.unclaimed
