@@ -15,7 +15,7 @@ import pytest
 from csi_hostpath._pb import csi_pb2 as pb
 from tests import helpers as h
 from tests.conftest import Client, in_process
-from tests.kernel import loops_backed_under
+from tests.kernel import loops_backed_under, released_after_teardown
 from tests.needs import needs_fs
 
 pytestmark = pytest.mark.real
@@ -197,6 +197,11 @@ def test_online_expansion_shows_in_df(
         assert "CAP_SYS_RESOURCE" in (err.details() or "")
         h.node_unpublish(driver, vol.volume_id, m.target)
         h.unstage(driver, vol.volume_id, m.staging)
+        # kubelet removes the global mount directory after NodeUnstage (removeMountDir), which
+        # also detaches any copy of the mount a mount namespace made meanwhile still held: left
+        # in place, such a copy kept the filesystem mounted, and the stage's offline grow
+        # failed ("e2fsck -f -p /dev/loop2 exited 8: e2fsck: Cannot continue, aborting").
+        m.staging.rmdir()
         h.stage(driver, vol, m.staging, cap, m.ctx)
         h.node_publish(driver, vol.volume_id, m.staging, m.target, cap)
     else:
@@ -320,6 +325,6 @@ def _inline_lifecycle(driver: Client, workdir: Path) -> None:
     h.node_unpublish(driver, kubelet_id, target)
     h.node_unpublish(driver, kubelet_id, target)
     assert not target.exists()
-    assert not loops_backed_under(workdir)
+    assert not released_after_teardown(workdir)
     assert not list((workdir / "drv-state" / "ephemeral").iterdir())
     assert not list((workdir / "drv-state" / "pool" / "inline").rglob("*.img"))

@@ -18,7 +18,7 @@ import pytest
 from csi_hostpath._pb import csi_pb2 as pb
 from tests import helpers as h
 from tests.conftest import Client, in_process
-from tests.kernel import loops_backed_under
+from tests.kernel import loops_backed_under, released_after_teardown
 
 pytestmark = pytest.mark.real
 MiB = h.MiB
@@ -65,7 +65,7 @@ def test_inline_volumes_are_refused_unless_allowed(driver: Client, workdir: Path
         grpc.StatusCode.INVALID_ARGUMENT, driver.node.NodePublishVolume, inline_request(target)
     )
     assert "--allow-inline-volumes" in (err.details() or "")
-    assert not target.exists() and not loops_backed_under(workdir)
+    assert not target.exists() and not released_after_teardown(workdir)
 
 
 def test_inline_volume_past_the_cap_is_out_of_range(workdir: Path) -> None:
@@ -79,7 +79,7 @@ def test_inline_volume_past_the_cap_is_out_of_range(workdir: Path) -> None:
             inline_request(target, "65Mi"),
         )
         assert "--max-inline-size" in (err.details() or "")
-        assert not target.exists() and not loops_backed_under(workdir)
+        assert not target.exists() and not released_after_teardown(workdir)
         # No size asked: the default, cut to the cap.
         client.node.NodePublishVolume(inline_request(target))
         stats = client.node.NodeGetVolumeStats(
@@ -87,7 +87,7 @@ def test_inline_volume_past_the_cap_is_out_of_range(workdir: Path) -> None:
         )
         assert 40 * MiB < stats.usage[0].total <= 64 * MiB
         h.node_unpublish(client, NAME, target)
-        assert not loops_backed_under(workdir)
+        assert not released_after_teardown(workdir)
 
 
 def test_inline_volume_never_fills_the_state_filesystem(workdir: Path) -> None:
@@ -110,7 +110,7 @@ def test_inline_volume_never_fills_the_state_filesystem(workdir: Path) -> None:
             os.fsync(f.fileno())
         assert free(state) >= state_free - MiB, "the pod's writes went to the state filesystem"
         h.node_unpublish(client, NAME, target)
-        assert not target.exists() and not loops_backed_under(workdir)
+        assert not target.exists() and not released_after_teardown(workdir)
         assert not list(pool.rglob("*.img")), "the inline volume's file is removed"
 
 
@@ -126,7 +126,7 @@ def test_inline_size_is_judged_on_the_filesystem_that_holds_it(workdir: Path) ->
             client.node.NodePublishVolume,
             inline_request(target, "48Mi"),
         )
-        assert not loops_backed_under(workdir)
+        assert not released_after_teardown(workdir)
         assert not list(pool.rglob("*.img"))
 
 

@@ -13,7 +13,7 @@ import pytest
 from csi_hostpath._pb import csi_pb2 as pb
 from tests import helpers as h
 from tests.conftest import Client
-from tests.kernel import loops_backed_under, mounts_under
+from tests.kernel import mounts_under, released_after_teardown
 from tests.needs import needs_fs
 
 pytestmark = pytest.mark.real
@@ -55,7 +55,9 @@ def _lifecycle(driver: Client, workdir: Path, cap: object, size: int) -> None:
     assert not target.exists(), "NodeUnpublish removes what NodePublish created"
     h.unstage(driver, vol.volume_id, staging)
     assert not h.mounted(staging)
-    assert not loops_backed_under(workdir), "unstage detaches the loop device"
+    # Removed and made again, as kubelet does around NodeUnstage and NodeStage.
+    assert not released_after_teardown(workdir, staging), "unstage detaches the loop device"
+    staging.mkdir()
 
     h.stage(driver, vol, staging, cap, ctx)  # type: ignore[arg-type]
     h.node_publish(driver, vol.volume_id, staging, target, cap)  # type: ignore[arg-type]
@@ -71,7 +73,7 @@ def _lifecycle(driver: Client, workdir: Path, cap: object, size: int) -> None:
     h.unpublish(driver, vol.volume_id, "node-a")
     h.delete(driver, vol.volume_id)
     assert not backing.exists()
-    assert not loops_backed_under(workdir)
+    assert not released_after_teardown(workdir, staging)
     assert not mounts_under(workdir)
 
 
@@ -189,4 +191,4 @@ def test_a_readers_stage_cannot_write_the_device(driver: Client, workdir: Path, 
     h.node_unpublish(driver, vol.volume_id, target)
     h.unstage(driver, vol.volume_id, staging)
     assert backing.read_bytes() == before, "the reader wrote nothing, not even a journal replay"
-    assert not loops_backed_under(workdir)
+    assert not released_after_teardown(workdir, staging)

@@ -19,7 +19,7 @@ import pytest
 
 from csi_hostpath.volume_cli.output import SCHEMA, SCHEMA_VERSION
 from tests import helpers as h
-from tests.kernel import loops_backed_under, mounts_under
+from tests.kernel import loops_backed_under, mounts_under, released_after_teardown
 from tests.needs import needs_fs
 
 pytestmark = pytest.mark.real
@@ -187,7 +187,7 @@ def test_a_volumes_whole_life_leaves_nothing_behind(cli: Cli, workdir: Path) -> 
 
     # Nothing left: no mount, no loop device on a pool file, no file in the pool.
     assert mounts_under(workdir) == []
-    assert loops_backed_under(workdir) == []
+    assert released_after_teardown(workdir) == []
     state_pool = workdir / "drv-state" / "pool"
     assert list((state_pool / "volumes").iterdir()) == []
     assert list((state_pool / "snapshots").iterdir()) == []
@@ -272,7 +272,7 @@ def test_bad_input_gets_a_message_and_an_exit_code(cli: Cli, workdir: Path) -> N
     dead = cli("snapshots", "--endpoint", f"unix://{stale}", ok=False)
     assert dead.rc == 6 and "nothing answers" in dead.err
 
-    assert mounts_under(workdir) == [] and loops_backed_under(workdir) == []
+    assert mounts_under(workdir) == [] and released_after_teardown(workdir) == []
 
 
 def _forget_mounts(run_dir: Path, name: str) -> None:
@@ -300,5 +300,5 @@ def test_a_mount_the_records_lost_is_taken_back_not_refused(cli: Cli, workdir: P
     _forget_mounts(run_dir, "v")
     done = cli.json("unmount", str(mnt))
     assert done["unstaged"] is True and not h.mounted(mnt)
-    assert mounts_under(workdir) == [] and loops_backed_under(workdir) == []
+    assert mounts_under(workdir) == [] and released_after_teardown(workdir) == []
     cli.json("delete", "v")
