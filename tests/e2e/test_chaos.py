@@ -4,9 +4,10 @@ directory lost too, then a restart, then the invariants.
 Two kinds of lifecycle, chosen at random:
 - **move** (the split cluster: a `--mode controller` plugin and node plugins on node-a and
   node-b sharing one pool): provision a volume (ext4, now and then a block volume), attach it
-  to one node, stage it, start a pod that writes and syncs data, check that the other node's
-  attach is refused, move the pod to the other node (full teardown, then setup), check the data
-  there, tear everything down and delete the volume;
+  to one node, stage it, start a pod that writes and syncs data, snapshot it (the controller
+  asks that node plugin to freeze the filesystem across processes, through the pool), check
+  that the other node's attach is refused, move the pod to the other node (full teardown, then
+  setup), check the data there, tear everything down and delete the volume and its snapshot;
 - **snap** (node-c, a `--mode all` driver whose snapshots and clones freeze the source's
   filesystem; see chaos_snap.py): write to a mounted volume, snapshot it, restore the snapshot
   and read the data back, clone the volume and read the clone, delete what was made.
@@ -58,6 +59,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from csi_hostpath import requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.service.node_freeze import TEST_HOLD_ENV
 from tests import helpers as h
@@ -71,7 +73,7 @@ from tests.e2e.chaos_snap import (
     run_plain,
     snapshot_source,
 )
-from tests.e2e.harness import PV, Cluster, Kubelet, Node, Plugin, Pod
+from tests.e2e.harness import PV, Backoff, Cluster, Kubelet, Node, Plugin, Pod
 from tests.kernel import loops_backed_under, mounts_under
 from tests.test_ledger_multinode import wait_for
 
@@ -131,6 +133,8 @@ class Chaos:
     resident_digest: str = ""
     keeper: str = ""  # a snapshot of the resident's volume, kept to the end
     frozen_at_restart: list[str] = field(default_factory=list)
+    # The moving pod's volume while it is mounted on its first node: probed for a freeze too.
+    moving: tuple[Kubelet, Path] | None = None
 
     @property
     def live(self) -> dict[str, str]:
@@ -228,6 +232,60 @@ class Chaos:
             del self.live[pv().handle]  # acknowledged
             self.deleted.add(pv().handle)
 
+        def snapshot() -> None:
+            """The controller asks `first` to freeze the mounted volume for the copy (across
+            processes, through the pool). A kill of `first` in the window makes the snapshot
+            ABORTED until a new incarnation answers: restart it, as the container runtime
+            would, and retry."""
+            request = rq.create_snapshot(f"snap-{i}", pv().handle)
+            for _ in range(60):
+                c.nodes[first].plugin.ensure_running()
+                try:
+                    response = c.controller.call(
+                        "controller", "CreateSnapshot", request, backoff=Backoff(attempts=1)
+                    )
+                except grpc.RpcError as e:
+                    if e.code() not in (grpc.StatusCode.ABORTED, grpc.StatusCode.UNAVAILABLE):
+                        raise
+                    c.controller.ensure_running()
+                    time.sleep(0.2)
+                    continue
+                state["snap"] = str(response.snapshot.snapshot_id)
+                self.pool.snapshots[str(state["snap"])] = f"snap-{i}"
+                return
+            raise AssertionError(f"lifecycle {i}: the snapshot never succeeded")
+
+        def writable() -> None:
+            """Judged with the node plugin running: one killed while it held the freeze thaws
+            it when it starts again (the container runtime restarts it; nothing else calls it
+            here). A kill can land while the probe waits, so a dead plugin gets one restart
+            and a second probe; a live one that leaves the volume frozen fails at once."""
+            if block:
+                return
+            plugin = c.nodes[first].plugin
+            for _ in range(2):
+                plugin.ensure_running()
+                if ka.writable(ka.target_path(pod, pv()), WRITABLE_WITHIN):
+                    return
+                if plugin.alive():
+                    break
+            raise AssertionError(f"lifecycle {i}: left frozen on {first} after the snapshot")
+
+        def delete_snapshot() -> None:
+            snap = str(state["snap"])
+            c.controller.call("controller", "DeleteSnapshot", rq.delete_snapshot(snap))
+            del self.pool.snapshots[snap]
+            self.pool.deleted.add(snap)
+
+        def snapshot_watched() -> None:
+            # While the pod runs on `first`, the frozen probe watches its volume too.
+            self.moving = None if block else (ka, ka.target_path(pod, pv()))
+            snapshot()
+
+        def unpublish_first() -> None:
+            self.moving = None
+            ka.teardown(pod, pv())
+
         # (name, the process whose RPC the step makes, the step)
         steps: list[Step] = [
             ("provision", "controller", provision),
@@ -235,8 +293,10 @@ class Chaos:
             (f"stage on {first}", first, lambda: ka.mount_device(pv(), ctx(first))),
             (f"publish on {first}", first, lambda: ka.setup(pod, pv(), ctx(first))),
             (f"write on {first}", first, lambda: ka.write(pod, pv(), file_name, data)),
+            (f"snapshot on {first}", first, snapshot_watched),
+            (f"writable on {first}", first, writable),
             (f"attach {second} refused", "controller", refused_elsewhere),
-            (f"unpublish on {first}", first, lambda: ka.teardown(pod, pv())),
+            (f"unpublish on {first}", first, unpublish_first),
             (f"unstage on {first}", first, lambda: ka.unmount_device(pv())),
             (f"detach {first}", "controller", lambda: c.attacher.detach(pv(), first)),
             (f"attach {second}", "controller", attach(second)),
@@ -246,6 +306,7 @@ class Chaos:
             (f"unpublish on {second}", second, lambda: kb.teardown(pod, pv())),
             (f"unstage on {second}", second, lambda: kb.unmount_device(pv())),
             (f"detach {second}", "controller", lambda: c.attacher.detach(pv(), second)),
+            ("delete snapshot", "controller", delete_snapshot),
             ("delete", "controller", delete),
         ]
         return f"move ({'block' if block else 'ext4'}): {first} -> {second}", steps
@@ -336,6 +397,8 @@ class Chaos:
              self.cluster.kubelet("node-a").target_path(self.resident_pod, self.resident)),
             (self.snap.kubelet, self.snap.paths()[1]),
         ]  # fmt: skip
+        if self.moving is not None:
+            candidates.append(self.moving)
         return [str(p) for k, p in candidates if not k.writable(p, WRITABLE_WITHIN)]
 
     def probe_after_restart(self) -> None:
@@ -427,6 +490,8 @@ def test_chaos_kill_9_during_lifecycles(
             a.thaw_all([a.staging_path(chaos.resident)])
         if snap.source is not None:
             snap.kubelet.thaw_all(snap.paths()[:1])
+        if chaos.moving is not None:
+            chaos.moving[0].thaw_all([chaos.moving[1]])
     restarts = {p.name: p.restarts for p in [*chaos.cluster.plugins(), snap.plugin]}
     print(
         f"chaos: {LIFECYCLES} lifecycles in {time.monotonic() - started:.1f}s, "
