@@ -175,9 +175,7 @@ def group_snapshot(stubs: Stubs, work: Path, node_id: str) -> dict[str, Any]:
         ids = []
         for n in range(GROUP_MEMBERS):
             volume = stubs.controller.CreateVolume(rq.create_volume(f"member-{n}", cap, GiB)).volume
-            stack.callback(
-                lambda v=volume.volume_id: stubs.controller.DeleteVolume(rq.delete_volume(v))
-            )
+            stack.callback(stubs.controller.DeleteVolume, rq.delete_volume(volume.volume_id))
             target = stack.enter_context(_in_use(stubs, work, node_id, volume, f"member-{n}"))
             _write_file(target / "data.bin", GROUP_WRITTEN)
             ids.append(volume.volume_id)

@@ -161,8 +161,17 @@ def test_inspect_every_phase_and_the_stale_holder_alert(spawn: Any, workdir: Pat
 def test_health_service_and_demo(spawn: Any, workdir: Path) -> None:
     handle, client = spawn("drv")
     stub = health_pb2_grpc.HealthStub(client.channel)
-    reply = stub.Check(health_pb2.HealthCheckRequest(service=""))
-    assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    # The socket answers before start() has run its first readiness check, and health says
+    # NOT_SERVING until then (by design: the sidecars wait): wait for it, don't race it.
+    serving = health_pb2.HealthCheckResponse.SERVING
+    try:
+        wait_for(
+            lambda: stub.Check(health_pb2.HealthCheckRequest(service="")).status == serving,
+            10,
+            "health to say SERVING once started",
+        )
+    except AssertionError as e:
+        raise AssertionError(f"{e}; the driver's log:\n{handle.log()}") from None
     out = subprocess.run(
         [
             sys.executable,
