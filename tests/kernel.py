@@ -171,18 +171,37 @@ def cleanup_kernel(root: Path, *, thorough: bool = True) -> None:
     for _ in range(3):
         points = sorted(mounts_under(root), key=len, reverse=True)
         for point in points:
+            # A frozen filesystem outlives its unmount (the kernel keeps a frozen superblock
+            # active), and with it its loop device: thaw first. EINVAL (not frozen) is fine.
+            subprocess.run(["fsfreeze", "--unfreeze", point], capture_output=True, check=False)
             subprocess.run(["umount", "-l", point], capture_output=True, check=False)
         if not mounts_under(root):
             break
     for dev in before:
         subprocess.run(["losetup", "-d", dev], capture_output=True, check=False)
-    for _ in range(50):
+    for attempt in range(50):
         devices = loops_backed_under(root)
         if not devices:
             return
         for dev in devices:
+            if attempt == 10:
+                thaw_orphaned(dev)
             subprocess.run(["losetup", "-d", dev], capture_output=True, check=False)
         time.sleep(0.1)
+
+
+def thaw_orphaned(device: str) -> None:
+    """Thaw a filesystem frozen on device that no mount here reaches any more (unmounted while
+    frozen, or mounted only in a namespace whose last process waits on the freeze): a second
+    mount of the device gets the same superblock, and FITHAW through it releases the device."""
+    point = Path(f"/tmp/thaw-{os.path.basename(device)}-{os.getpid()}")
+    point.mkdir(exist_ok=True)
+    try:
+        if subprocess.run(["mount", device, str(point)], capture_output=True).returncode == 0:
+            subprocess.run(["fsfreeze", "--unfreeze", str(point)], capture_output=True)
+            subprocess.run(["umount", str(point)], capture_output=True)
+    finally:
+        point.rmdir()
 
 
 def is_root() -> bool:
