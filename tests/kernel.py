@@ -197,9 +197,10 @@ def thaw_orphaned(device: str) -> None:
     point = Path(f"/tmp/thaw-{os.path.basename(device)}-{os.getpid()}")
     point.mkdir(exist_ok=True)
     try:
-        if subprocess.run(["mount", device, str(point)], capture_output=True).returncode == 0:
-            subprocess.run(["fsfreeze", "--unfreeze", str(point)], capture_output=True)
-            subprocess.run(["umount", str(point)], capture_output=True)
+        mounted = subprocess.run(["mount", device, str(point)], capture_output=True, check=False)
+        if mounted.returncode == 0:
+            subprocess.run(["fsfreeze", "--unfreeze", str(point)], capture_output=True, check=False)
+            subprocess.run(["umount", str(point)], capture_output=True, check=False)
     finally:
         point.rmdir()
 
