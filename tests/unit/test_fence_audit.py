@@ -11,26 +11,16 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
-from csi_hostpath.cli import build_parser, config_from_args
-from csi_hostpath.server import Driver, build_driver, start
-from csi_hostpath.system.fake import fake_system
+from csi_hostpath.server import Driver
 from tests import helpers as h
-from tests.conftest import Client, driver_args
+from tests.conftest import Client
+from tests.unit.builders import quiet_fake_driver
 
 
 @pytest.fixture
 def drv(tmp_path: Path) -> Iterator[tuple[Driver, Client]]:
-    # A long heartbeat keeps the background loops out of the way: the test runs each pass itself.
-    args = ["serve", *driver_args(tmp_path, "f"), "--heartbeat-interval", "3600"]
-    config = config_from_args(build_parser().parse_args(args))
-    driver = build_driver(config, system=fake_system(config.pool_dir, capacity_bytes=64 << 20))
-    start(driver)
-    client = Client(config.socket_path)
-    try:
-        yield driver, client
-    finally:
-        client.close()
-        driver.stop(grace=1)
+    with quiet_fake_driver(tmp_path, capacity_bytes=64 << 20) as pair:
+        yield pair
 
 
 def _fence_one(driver: Driver, client: Client, tmp_path: Path) -> str:
@@ -53,9 +43,7 @@ def _fence_counter(driver: Driver) -> float:
     return float(line.split()[-1])
 
 
-def test_a_fence_in_mode_all_is_audited_once(
-    drv: tuple[Driver, Client], tmp_path: Path
-) -> None:
+def test_a_fence_in_mode_all_is_audited_once(drv: tuple[Driver, Client], tmp_path: Path) -> None:
     driver, client = drv
     volume_id = _fence_one(driver, client, tmp_path)
     assert driver.controller is not None

@@ -13,31 +13,21 @@ from pathlib import Path
 
 import pytest
 
-from csi_hostpath.cli import build_parser, config_from_args
 from csi_hostpath.core.naming import node_key
-from csi_hostpath.server import Driver, build_driver, start
+from csi_hostpath.server import Driver
 from csi_hostpath.store import pool
 from csi_hostpath.store.pool import PoolLayout
-from csi_hostpath.system.fake import fake_system
 from tests import helpers as h
-from tests.conftest import Client, driver_args
+from tests.conftest import Client
+from tests.unit.builders import quiet_fake_driver
 
 NEIGHBOURS = 3
 
 
 @pytest.fixture
 def drv(tmp_path: Path) -> Iterator[tuple[Driver, Client]]:
-    # A long heartbeat keeps the timer out of the way: only the RPCs write.
-    args = ["serve", *driver_args(tmp_path, "f"), "--heartbeat-interval", "3600"]
-    config = config_from_args(build_parser().parse_args(args))
-    driver = build_driver(config, system=fake_system(config.pool_dir, capacity_bytes=256 << 20))
-    start(driver)
-    client = Client(config.socket_path)
-    try:
-        yield driver, client
-    finally:
-        client.close()
-        driver.stop(grace=1)
+    with quiet_fake_driver(tmp_path, capacity_bytes=256 << 20) as pair:
+        yield pair
 
 
 def test_node_calls_write_only_their_own_volume(

@@ -10,26 +10,17 @@ from pathlib import Path
 import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
-from csi_hostpath.cli import build_parser, config_from_args
-from csi_hostpath.server import Driver, build_driver, start
+from csi_hostpath.server import Driver
 from csi_hostpath.store.pool import PoolLayout
-from csi_hostpath.system.fake import fake_system
 from tests import helpers as h
-from tests.conftest import Client, driver_args
+from tests.conftest import Client
+from tests.unit.builders import quiet_fake_driver
 
 
 @pytest.fixture
 def drv(tmp_path: Path) -> Iterator[tuple[Driver, Client]]:
-    args = ["serve", *driver_args(tmp_path, "f"), "--heartbeat-interval", "3600"]
-    config = config_from_args(build_parser().parse_args(args))
-    driver = build_driver(config, system=fake_system(config.pool_dir, capacity_bytes=256 << 20))
-    start(driver)
-    client = Client(config.socket_path)
-    try:
-        yield driver, client
-    finally:
-        client.close()
-        driver.stop(grace=1)
+    with quiet_fake_driver(tmp_path, capacity_bytes=256 << 20) as pair:
+        yield pair
 
 
 def test_a_page_is_one_query_with_its_holders(
