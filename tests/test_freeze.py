@@ -89,6 +89,41 @@ def _wait_for(predicate: Any, seconds: float, what: str) -> None:
         time.sleep(0.05)
 
 
+def kill_9_while_frozen(handle: Any, client: Client, volume_id: str, staging: Path) -> None:
+    """Kill -9 the plugin while a snapshot holds the volume's filesystem frozen (the plugin was
+    started with TEST_HOLD_ENV set); the caller thaws it in `always_thawed` if the test fails."""
+
+    def call() -> None:
+        with pytest.raises(grpc.RpcError):  # the kill ends the call
+            snapshot(client, volume_id, "snap")
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    _wait_for(lambda: "holding" in handle.log(), 30, "the freeze")
+    assert not writes_within(staging, 1), "the filesystem is frozen by the snapshot"
+    handle.kill(signal.SIGKILL)
+    caller.join(30)
+    client.close()
+
+
+def restart_thaws_then_snapshot_succeeds(
+    handle: Any, volume_id: str, staging: Path, left_frozen: str
+) -> None:
+    """Restart the killed plugin: the start alone thaws the filesystem, promptly, and a retried
+    snapshot then succeeds and thaws what it froze. left_frozen is the failure's message."""
+    started = time.monotonic()
+    client = handle.start()
+    try:
+        assert writes_within(staging, 5), left_frozen
+        assert time.monotonic() - started < 30
+        assert "thawed" in handle.log()
+        snap = snapshot(client, volume_id, "snap")
+        assert snap.ready_to_use
+        assert writes_within(staging, 5), "the retried snapshot thawed what it froze"
+    finally:
+        client.close()
+
+
 def test_kill_9_while_frozen_restart_thaws_and_snapshot_retry_succeeds(
     spawn: Any, workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -97,30 +132,10 @@ def test_kill_9_while_frozen_restart_thaws_and_snapshot_retry_succeeds(
     monkeypatch.delenv(TEST_HOLD_ENV)  # later incarnations don't
     vol, staging = _staged(client, workdir, "frz")
     with always_thawed(staging):
-
-        def call() -> None:
-            with pytest.raises(grpc.RpcError):  # the kill ends the call
-                snapshot(client, vol.volume_id, "snap")
-
-        caller = threading.Thread(target=call)
-        caller.start()
-        _wait_for(lambda: "holding" in handle.log(), 30, "the freeze")
-        assert not writes_within(staging, 1), "the filesystem is frozen by the snapshot"
-        handle.kill(signal.SIGKILL)
-        caller.join(30)
-        client.close()
-
-        started = time.monotonic()
-        client = handle.start()
-        try:
-            assert writes_within(staging, 5), "the restart left the filesystem frozen"
-            assert time.monotonic() - started < 30
-            assert "thawed" in handle.log()
-            snap = snapshot(client, vol.volume_id, "snap")
-            assert snap.ready_to_use
-            assert writes_within(staging, 5), "the retried snapshot thawed what it froze"
-        finally:
-            client.close()
+        kill_9_while_frozen(handle, client, vol.volume_id, staging)
+        restart_thaws_then_snapshot_succeeds(
+            handle, vol.volume_id, staging, "the restart left the filesystem frozen"
+        )
 
 
 def test_snapshot_of_an_externally_frozen_filesystem_thaws_and_succeeds(

@@ -11,17 +11,18 @@ happened to snapshot that same volume again.
 from __future__ import annotations
 
 import shutil
-import signal
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 
 from csi_hostpath.service.node_freeze import TEST_HOLD_ENV
-from tests.test_freeze import _staged, _wait_for, always_thawed, snapshot, writes_within
+from tests.test_freeze import (
+    _staged,
+    always_thawed,
+    kill_9_while_frozen,
+    restart_thaws_then_snapshot_succeeds,
+)
 
 pytestmark = pytest.mark.real
 
@@ -36,18 +37,7 @@ def test_kill_9_while_frozen_then_empty_state_still_thaws(
     monkeypatch.delenv(TEST_HOLD_ENV)
     vol, staging = _staged(client, workdir, "frz")
     with always_thawed(staging):
-
-        def call() -> None:
-            with pytest.raises(grpc.RpcError):  # the kill ends the call
-                snapshot(client, vol.volume_id, "snap")
-
-        caller = threading.Thread(target=call)
-        caller.start()
-        _wait_for(lambda: "holding" in handle.log(), 30, "the freeze")
-        assert not writes_within(staging, 1), "the filesystem is frozen by the snapshot"
-        handle.kill(signal.SIGKILL)
-        caller.join(30)
-        client.close()
+        kill_9_while_frozen(handle, client, vol.volume_id, staging)
         state = workdir / "frz-state"
         if loss == "empty":
             shutil.rmtree(state)
@@ -56,15 +46,7 @@ def test_kill_9_while_frozen_then_empty_state_still_thaws(
             for suffix in ("-wal", "-shm"):
                 (state / f"state.db{suffix}").unlink(missing_ok=True)
 
-        started = time.monotonic()
-        client = handle.start()
-        try:
-            # No snapshot retry first: the start alone must thaw it.
-            assert writes_within(staging, 5), "the restart on lost state left it frozen"
-            assert time.monotonic() - started < 30
-            assert "thawed" in handle.log()
-            snap = snapshot(client, vol.volume_id, "snap")
-            assert snap.ready_to_use
-            assert writes_within(staging, 5), "the retried snapshot thawed what it froze"
-        finally:
-            client.close()
+        # No snapshot retry first: the start alone must thaw it.
+        restart_thaws_then_snapshot_succeeds(
+            handle, vol.volume_id, staging, "the restart on lost state left it frozen"
+        )

@@ -32,13 +32,20 @@ def _split(spawn: Any, workdir: Path) -> tuple[Any, Any, Any]:
     return ctrl, node_handle, node
 
 
-def _staged_and_published(ctrl: Any, node: Any, workdir: Path) -> tuple[Any, Path, Path, bytes]:
+def staged(ctrl: Any, node: Any, workdir: Path) -> tuple[Any, Any, Any, Path, Path]:
+    """An ext4 volume the controller published to node-a and the node staged, at the kubelet's
+    paths: (volume, capability, publish context, staging path, target path not yet made)."""
     cap = h.mount_cap("ext4")
     vol = h.create(ctrl, "live", cap, 32 * h.MiB)
     ctx = h.publish(ctrl, vol.volume_id, "node-a", cap)
     staging, target = workdir / "kubelet" / "globalmount", workdir / "kubelet" / "pod" / "mount"
     staging.mkdir(parents=True)
     h.stage(node, vol, staging, cap, ctx)
+    return vol, cap, ctx, staging, target
+
+
+def _staged_and_published(ctrl: Any, node: Any, workdir: Path) -> tuple[Any, Path, Path, bytes]:
+    vol, cap, _, staging, target = staged(ctrl, node, workdir)
     h.node_publish(node, vol.volume_id, staging, target, cap)
     data = h.write_pattern(target / "data", 1 * h.MiB)
     return vol, staging, target, data

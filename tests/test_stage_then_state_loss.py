@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests import helpers as h
-from tests.test_node_state_loss import _take_down
+from tests.test_node_state_loss import _take_down, staged
 
 pytestmark = pytest.mark.real
 
@@ -33,12 +33,7 @@ def test_stage_acknowledged_then_node_state_lost_publish_still_works(
     # A timed heartbeat far away: only what NodeStage itself records can carry the volume.
     slow = ["--heartbeat-interval", "600", "--fence-interval", "600"]
     handle, node = spawn("node", "--mode", "node", *shared, *slow)
-    cap = h.mount_cap("ext4")
-    vol = h.create(ctrl, "live", cap, 32 * h.MiB)
-    ctx = h.publish(ctrl, vol.volume_id, "node-a", cap)
-    staging, target = workdir / "kubelet" / "globalmount", workdir / "kubelet" / "pod" / "mount"
-    staging.mkdir(parents=True)
-    h.stage(node, vol, staging, cap, ctx)
+    vol, cap, ctx, staging, target = staged(ctrl, node, workdir)
     node.close()
     handle.kill(signal.SIGKILL)
     shutil.rmtree(workdir / "node-state")
