@@ -131,10 +131,6 @@ class Store:
         with self._lock:
             self._db.close()
 
-    def ping(self) -> None:
-        with self._lock:
-            self._db.execute("SELECT 1").fetchone()
-
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
