@@ -33,26 +33,21 @@ def nodes(workdir: Path) -> Iterator[tuple[Client, Client]]:
         yield a, b
 
 
-def _restore(client: Client, name: str, snapshot_id: str) -> pb.Volume:
+def _create_from(client: Client, name: str, source: pb.VolumeContentSource) -> pb.Volume:
     request = pb.CreateVolumeRequest(
-        name=name,
-        volume_capabilities=[h.mount_cap("ext4")],
-        volume_content_source=pb.VolumeContentSource(
-            snapshot=pb.VolumeContentSource.SnapshotSource(snapshot_id=snapshot_id)
-        ),
+        name=name, volume_capabilities=[h.mount_cap("ext4")], volume_content_source=source
     )
     return client.controller.CreateVolume(request).volume
+
+
+def _restore(client: Client, name: str, snapshot_id: str) -> pb.Volume:
+    snapshot = pb.VolumeContentSource.SnapshotSource(snapshot_id=snapshot_id)
+    return _create_from(client, name, pb.VolumeContentSource(snapshot=snapshot))
 
 
 def _clone(client: Client, name: str, volume_id: str) -> pb.Volume:
-    request = pb.CreateVolumeRequest(
-        name=name,
-        volume_capabilities=[h.mount_cap("ext4")],
-        volume_content_source=pb.VolumeContentSource(
-            volume=pb.VolumeContentSource.VolumeSource(volume_id=volume_id)
-        ),
-    )
-    return client.controller.CreateVolume(request).volume
+    volume = pb.VolumeContentSource.VolumeSource(volume_id=volume_id)
+    return _create_from(client, name, pb.VolumeContentSource(volume=volume))
 
 
 def test_a_restore_asked_on_another_node_says_where_the_snapshot_is(

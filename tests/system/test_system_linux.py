@@ -110,6 +110,19 @@ def test_attach_retries_when_the_free_device_was_taken(
     assert real_loop.find(tag_prefix + "vol") == device
 
 
+def _count_loop_scans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that gains an entry each time the loop driver scans every loop device."""
+    scans: list[int] = []
+    original = linux_loop._configured_loop_indices
+
+    def counted() -> list[int]:
+        scans.append(1)
+        return original()
+
+    monkeypatch.setattr(linux_loop, "_configured_loop_indices", counted)
+    return scans
+
+
 @real
 def test_find_and_attach_scan_no_loop_devices(
     real_loop: LinuxLoop, work_dir: Path, tag_prefix: str, monkeypatch: pytest.MonkeyPatch
@@ -119,14 +132,7 @@ def test_find_and_attach_scan_no_loop_devices(
     # neighbours held. After the start's one scan, a find or an attach asks only its own device.
     first = real_loop.attach(_sparse(work_dir, "first"), tag_prefix + "first")
     real_loop.list(tag_prefix)  # the start's scan
-    scans: list[int] = []
-    original = linux_loop._configured_loop_indices
-
-    def counted() -> list[int]:
-        scans.append(1)
-        return original()
-
-    monkeypatch.setattr(linux_loop, "_configured_loop_indices", counted)
+    scans = _count_loop_scans(monkeypatch)
     assert real_loop.find(tag_prefix + "missing") is None
     second = real_loop.attach(_sparse(work_dir, "second"), tag_prefix + "second")
     assert real_loop.find(tag_prefix + "second") == second
@@ -142,14 +148,7 @@ def test_the_start_scans_loop_devices_once(
 ) -> None:
     # Reconcile's list() is the start's one scan; the index takes it instead of scanning again.
     monkeypatch.setattr(linux_loop, "_INDEX", linux_loop._TagIndex())
-    scans: list[int] = []
-    original = linux_loop._configured_loop_indices
-
-    def counted() -> list[int]:
-        scans.append(1)
-        return original()
-
-    monkeypatch.setattr(linux_loop, "_configured_loop_indices", counted)
+    scans = _count_loop_scans(monkeypatch)
     real_loop.list(tag_prefix)
     assert real_loop.find(tag_prefix + "missing") is None
     device = real_loop.attach(_sparse(work_dir, "vol"), tag_prefix + "vol")
