@@ -215,6 +215,19 @@ def in_process(
         drv.stop(grace=1)
 
 
+@contextmanager
+def on_small_pool(workdir: Path, name: str, size_mib: int) -> Iterator[tuple[Client, Path]]:
+    """An in-process driver (shared scope, real system layer) whose pool is a tmpfs of size_mib,
+    so that running out of room is real without filling the host's disk; the client and the pool.
+    The workdir's cleanup unmounts the tmpfs."""
+    pool = workdir / f"{name}-pool"
+    pool.mkdir()
+    size = f"size={size_mib}m"
+    subprocess.run(["mount", "-t", "tmpfs", "-o", size, f"csihp-{name}", str(pool)], check=True)
+    with in_process(workdir, name, "--pool-dir", str(pool), "--pool-scope", "shared") as client:
+        yield client, pool
+
+
 @pytest.fixture
 def driver(workdir: Path) -> Iterator[Client]:
     """An in-process driver (mode all, local scope) on the real system layer."""

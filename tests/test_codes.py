@@ -22,7 +22,7 @@ import pytest
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.api.status import status_of
 from tests import helpers as h
-from tests.conftest import Client, in_process
+from tests.conftest import Client, on_small_pool
 
 MiB = 1 << 20
 C = grpc.StatusCode
@@ -56,10 +56,7 @@ def test_expand_past_the_pool_is_out_of_range(fake_driver: Client) -> None:
 
 @pytest.mark.real
 def test_new_work_is_refused_below_the_pool_reserve(workdir: Path) -> None:
-    pool = workdir / "pool"
-    pool.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "csihp-rsv", str(pool)], check=True)
-    with in_process(workdir, "r", "--pool-dir", str(pool), "--pool-scope", "shared") as client:
+    with on_small_pool(workdir, "rsv", 32) as (client, pool):
         vol = h.create(client, "a", h.block_cap(), 4 * MiB)
         st = os.statvfs(pool)
         leave = 4 * MiB  # less than the reserve, more than the volume asked for next

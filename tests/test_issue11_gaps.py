@@ -22,7 +22,7 @@ import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
 from tests import helpers as h
-from tests.conftest import in_process
+from tests.conftest import in_process, on_small_pool
 from tests.kernel import loops_backed_under
 from tests.test_inline_real import inline_request
 
@@ -78,10 +78,7 @@ def test_case9_serve_with_a_nan_heartbeat_exits_at_once(workdir: Path, value: st
 
 
 def test_case13_expansion_past_a_real_pool_is_out_of_range(workdir: Path) -> None:
-    pool = workdir / "pool"
-    pool.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "csihp-exp", str(pool)], check=True)
-    with in_process(workdir, "x", "--pool-dir", str(pool), "--pool-scope", "shared") as client:
+    with on_small_pool(workdir, "exp", 64) as (client, pool):
         vol = h.create(client, "grow", h.block_cap(), 8 * MiB)
         request = pb.ControllerExpandVolumeRequest(
             volume_id=vol.volume_id, capacity_range=pb.CapacityRange(required_bytes=1 << 30)

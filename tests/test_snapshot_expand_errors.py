@@ -3,7 +3,6 @@ ControllerExpandVolume, one test per row (rows that can't happen in this driver 
 
 from __future__ import annotations
 
-import subprocess
 import threading
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.system.base import System
 from csi_hostpath.system.fake import fake_system
 from tests import helpers as h
-from tests.conftest import Client, in_process
+from tests.conftest import Client, in_process, on_small_pool
 
 C = grpc.StatusCode
 MiB = h.MiB
@@ -217,10 +216,7 @@ def test_expand_unsupported_capacity_out_of_range(workdir: Path) -> None:
 def test_snapshot_not_enough_space_on_a_real_pool(workdir: Path) -> None:
     """The same row as above on the real system layer: a pool on a 64 MiB tmpfs, a volume with
     40 MiB of data, and a snapshot that can't fit → RESOURCE_EXHAUSTED, and no partial copy."""
-    pool = workdir / "small-pool"
-    pool.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "csihp-small", str(pool)], check=True)
-    with in_process(workdir, "r", "--pool-dir", str(pool), "--pool-scope", "shared") as client:
+    with on_small_pool(workdir, "small", 64) as (client, pool):
         vol = h.create(client, "full", h.block_cap(), 48 * MiB)
         with open(pool / "volumes" / f"{vol.volume_id}.img", "r+b") as f:
             f.write(b"\x01" * (40 * MiB))
