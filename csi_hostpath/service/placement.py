@@ -104,8 +104,8 @@ class Capacity:
     def _held(self) -> list[Held]:
         pool = self.system.pool
         held = [
-            Held(v.capacity_bytes, pool.allocated(self.layout.volume_file(v.volume_id)))
-            for v in self.store.all_volumes()
+            Held(size, pool.allocated(self.layout.volume_file(volume_id)))
+            for volume_id, size in self.store.volume_sizes()
         ]
         # A volume being created is promised before its row exists; its file may have written
         # nothing yet.

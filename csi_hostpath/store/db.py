@@ -238,6 +238,12 @@ class Store:
     def all_volumes(self) -> list[Volume]:
         return [_volume(r) for r in self._read("SELECT * FROM volumes ORDER BY seq")]
 
+    def volume_sizes(self) -> list[tuple[str, int]]:
+        """(volume ID, size) of every volume: what capacity needs, without building whole rows
+        (two thirds of a CreateVolume with 2,000 volumes went to all_volumes)."""
+        rows = self._read("SELECT volume_id, capacity_bytes FROM volumes")
+        return [(r["volume_id"], r["capacity_bytes"]) for r in rows]
+
     # ----- snapshots -----
     def insert_snapshot_unless_named(self, snapshot: Snapshot) -> Snapshot | None:
         with self._tx() as db:
