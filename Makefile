@@ -6,10 +6,11 @@ RUN_DIR ?= $(CURDIR)/.run
 ENDPOINT ?= unix://$(RUN_DIR)/csi.sock
 NODE_ID ?= $(shell hostname)
 PYTEST_ARGS ?=
-# Prebuilt Go test tools (csi-sanity) beside the checkout, where CI keeps them; see tests/conformance.
-SHARED_BIN ?= $(abspath $(CURDIR)/../shared/bin)
+# The real csi-sanity, installed at its pinned version (tools/go-tools.txt) into the cache outside
+# the checkout by tools/go-tools.sh; see tests/conformance.
+CSI_SANITY ?= $(shell bash tools/go-tools.sh path csi-sanity)
 
-.PHONY: help install system-deps proto run demo doctor test unit lint typecheck clean
+.PHONY: help install system-deps go-tools proto run demo doctor test unit lint typecheck clean
 
 .DEFAULT_GOAL := help
 # Deployment, reliability and benchmark targets live in their own fragments.
@@ -34,6 +35,10 @@ $(VENV)/.installed: pyproject.toml | $(PY)
 system-deps:  ## install the system tools (e2fsprogs, xfsprogs, util-linux) if missing (root + apt)
 	@bash tools/ensure-system-deps.sh --soft
 
+# Without Go the conformance tests skip and name this command; .ci/run installs them strictly.
+go-tools:  ## install the pinned Go test tools (csi-sanity) from the Go module proxy
+	@bash tools/go-tools.sh --soft install csi-sanity
+
 proto: install  ## regenerate csi_hostpath/_pb from proto/csi.proto (pinned grpcio-tools)
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH bash tools/genproto.sh
 
@@ -56,8 +61,8 @@ lint: install  ## ruff and mypy --strict on the package
 
 typecheck: lint  ## alias of lint
 
-test: install system-deps lint  ## lint, then every test, the real csi-sanity included (real loop devices: needs root)
-	PATH=$(SHARED_BIN):$$PATH $(PY) -m pytest -q $(PYTEST_ARGS)
+test: install system-deps go-tools lint  ## lint, then every test, the real csi-sanity included (real loop devices: needs root)
+	CSI_SANITY=$(CSI_SANITY) $(PY) -m pytest -q $(PYTEST_ARGS)
 
 # The fast tests keep their scratch files on tmpfs where there is one: none of them measures
 # durability, and fsync on a busy shared disk was a third of their time.

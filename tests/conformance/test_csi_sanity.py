@@ -2,8 +2,8 @@
 
 Three runs, as docs/conformance.md describes: mount and block against one `--mode all` process,
 and a separate controller and node process. csi-sanity is found at $CSI_SANITY or on PATH
-(`make test` and .ci/run put ../shared/bin on PATH); without it these tests skip and say how to
-get it. The results are read from csi-sanity's JUnit report, so a changed count names the specs.
+(`make test` installs the pinned one with tools/go-tools.sh and sets $CSI_SANITY); without it
+these tests skip and say how to get it. The results are read from csi-sanity's JUnit report, so a changed count names the specs.
 """
 
 from __future__ import annotations
@@ -26,9 +26,8 @@ GiB = 1 << 30
 EXPAND_SIZE = 11 * GiB
 ATTACH_LIMIT = 16
 INSTALL_HINT = (
-    "csi-sanity not found: set $CSI_SANITY or put it on PATH "
-    "(go install github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity@latest, "
-    "or ../shared/bin beside the checkout)"
+    "csi-sanity not found: run `bash tools/go-tools.sh install csi-sanity` (needs Go; "
+    "`make test` does it), or set $CSI_SANITY to a csi-sanity binary"
 )
 
 # With a node-only endpoint csi-sanity stages without calling ControllerPublishVolume (it does so

@@ -128,7 +128,7 @@ def test_identity_service_get_plugin_info_should_return_appropriate_information(
 # Controller Service [Controller Server]
 # =============================================================================================
 # The controller capabilities csi-sanity knows; anything else fails its capabilities case. The
-# v5.5.0-era build in ../shared/bin knows GET_SNAPSHOT (older releases did not).
+# pinned release (tools/go-tools.txt) knows GET_SNAPSHOT (releases before v5.5.0 did not).
 KNOWN_CONTROLLER_CAPS = {
     "GET_SNAPSHOT",
     "CREATE_DELETE_VOLUME",
