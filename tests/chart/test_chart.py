@@ -23,7 +23,7 @@ Obj = dict[str, Any]
 SIDECAR_IMAGES = {
     "csi-provisioner": "registry.k8s.io/sig-storage/csi-provisioner:v6.3.0",
     "csi-attacher": "registry.k8s.io/sig-storage/csi-attacher:v4.12.0",
-    "csi-resizer": "registry.k8s.io/sig-storage/csi-resizer:v2.2.1",
+    "csi-resizer": "registry.k8s.io/sig-storage/csi-resizer:v2.2.0",
     "csi-snapshotter": "registry.k8s.io/sig-storage/csi-snapshotter:v8.6.0",
     "liveness-probe": "registry.k8s.io/sig-storage/livenessprobe:v2.19.0",
     "node-driver-registrar": "registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.17.0",
