@@ -16,7 +16,11 @@ from csi_hostpath._pb import csi_pb2, csi_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[1]
 PB_DIR = ROOT / "csi_hostpath" / "_pb"
-GENERATED_FILES = ("csi_pb2.py", "csi_pb2.pyi", "csi_pb2_grpc.py", "csi_pb2_grpc.pyi")
+GENERATED_FILES = tuple(
+    f"{proto}{suffix}"
+    for proto in ("csi", "pluginregistration")
+    for suffix in ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py", "_pb2_grpc.pyi")
+)
 
 FILE = csi_pb2.DESCRIPTOR
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Regenerate the Python gRPC stubs for proto/csi.proto.
+# Regenerate the Python gRPC stubs for proto/csi.proto (the CSI spec) and
+# proto/pluginregistration.proto (the kubelet's plugin registration API).
 #
 # Usage: tools/genproto.sh [OUT_DIR]    (default: csi_hostpath/_pb)
 #
@@ -20,14 +21,16 @@ mkdir -p "$OUT"
   --grpc_python_out="$OUT" \
   --mypy_out="$OUT" \
   --mypy_grpc_out="$OUT" \
-  proto/csi.proto
+  proto/csi.proto proto/pluginregistration.proto
 
 # protoc emits top-level imports of the sibling module; the stubs live in a
 # package, so make those imports package-relative.
-for f in "$OUT"/csi_pb2_grpc.py "$OUT"/csi_pb2.pyi "$OUT"/csi_pb2_grpc.pyi; do
-  [ -f "$f" ] || continue
-  sed -i -E \
-    -e 's/^import csi_pb2 as (.*)$/from . import csi_pb2 as \1/' \
-    -e 's/^import csi_pb2$/from . import csi_pb2/' \
-    "$f"
+for name in csi pluginregistration; do
+  for f in "$OUT/${name}_pb2_grpc.py" "$OUT/${name}_pb2.pyi" "$OUT/${name}_pb2_grpc.pyi"; do
+    [ -f "$f" ] || continue
+    sed -i -E \
+      -e "s/^import ${name}_pb2 as (.*)\$/from . import ${name}_pb2 as \\1/" \
+      -e "s/^import ${name}_pb2\$/from . import ${name}_pb2/" \
+      "$f"
+  done
 done
