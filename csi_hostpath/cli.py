@@ -1,5 +1,6 @@
 """Command line: `serve` runs the driver; `ledger` inspects and, when an operator decides so,
-overrides the publish ledger."""
+overrides the publish ledger; `registrar` and `livenessprobe` are the node plugin's kubelet-facing
+sidecars (csi_hostpath/sidecars)."""
 
 from __future__ import annotations
 
@@ -275,6 +276,9 @@ def build_parser() -> argparse.ArgumentParser:
     from csi_hostpath.volume_cli.args import add_volume_parser
 
     add_volume_parser(sub)
+    from csi_hostpath.sidecars.flags import add_sidecar_parsers
+
+    add_sidecar_parsers(sub)
     return parser
 
 
@@ -357,6 +361,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (StateDirLocked, EndpointRefused, PoolClaimRefused, StateUnreadable) as e:
             print(f"csi-hostpath: {e}", file=sys.stderr)
             return 1
+    if args.command in ("registrar", "livenessprobe"):
+        # klog's --v: 4 and above log every call, as upstream's sidecars do at that level.
+        setup_logging("DEBUG" if args.v >= 4 else "INFO")
+        if args.command == "registrar":
+            from csi_hostpath.sidecars import registrar
+
+            return registrar.run(args)
+        from csi_hostpath.sidecars import livenessprobe
+
+        return livenessprobe.run(args)
     setup_logging("WARNING")
     if args.command == "doctor":
         return doctor_main(args)

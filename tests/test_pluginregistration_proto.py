@@ -58,12 +58,7 @@ def test_every_field_number_and_type() -> None:
 def test_a_kubelet_encoding_decodes() -> None:
     """The bytes a Go PluginInfo with these values marshals to, written out by hand from the
     field numbers (tag = number << 3 | wire type 2), decode to the same values here."""
-    wire = (
-        b"\x0a\x09CSIPlugin"
-        b"\x12\x15loop.hostpath.csi.dev"
-        b"\x1a\x04/s.k"
-        b"\x22\x051.0.0"
-    )
+    wire = b"\x0a\x09CSIPlugin\x12\x15loop.hostpath.csi.dev\x1a\x04/s.k\x22\x051.0.0"
     info = pb.PluginInfo.FromString(wire)
     assert (info.type, info.name, info.endpoint, list(info.supported_versions)) == (
         "CSIPlugin",
