@@ -1,0 +1,11 @@
+//go:build tools
+
+// The programs tools/cluster/build.sh builds from this module: importing them keeps go.mod and
+// go.sum complete for them (go mod tidy).
+package tools
+
+import (
+	_ "github.com/containerd/containerd/v2/cmd/containerd"
+	_ "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2"
+	_ "github.com/containerd/containerd/v2/cmd/ctr"
+)

@@ -1,0 +1,10 @@
+//go:build tools
+
+// The programs tools/cluster/build.sh builds from this module: importing them keeps go.mod and
+// go.sum complete for them (go mod tidy).
+package tools
+
+import (
+	_ "github.com/kubernetes-csi/external-snapshotter/v8/cmd/csi-snapshotter"
+	_ "github.com/kubernetes-csi/external-snapshotter/v8/cmd/snapshot-controller"
+)
