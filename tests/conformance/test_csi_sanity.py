@@ -3,7 +3,8 @@
 Three runs, as docs/conformance.md describes: mount and block against one `--mode all` process,
 and a separate controller and node process. csi-sanity is found at $CSI_SANITY or on PATH
 (`make test` installs the pinned one with tools/go-tools.sh and sets $CSI_SANITY); without it
-these tests skip and say how to get it. The results are read from csi-sanity's JUnit report, so a changed count names the specs.
+these tests skip and say how to get it. The results are read from csi-sanity's JUnit report, so
+a changed count names the specs.
 """
 
 from __future__ import annotations
