@@ -10,7 +10,8 @@ PYTEST_ARGS ?=
 # the checkout by tools/go-tools.sh; see tests/conformance.
 CSI_SANITY ?= $(shell bash tools/go-tools.sh path csi-sanity)
 
-.PHONY: help install system-deps go-tools proto run demo doctor test unit lint typecheck clean
+.PHONY: help install system-deps go-tools proto run demo doctor test unit lint typecheck clean \
+	clean-volumes
 
 .DEFAULT_GOAL := help
 # Deployment, reliability and benchmark targets live in their own fragments.
@@ -42,11 +43,13 @@ go-tools:  ## install the pinned Go test tools (csi-sanity) from the Go module p
 proto: install  ## regenerate csi_hostpath/_pb from proto/csi.proto (pinned grpcio-tools)
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH bash tools/genproto.sh
 
+# tools/run-local.sh stops the driver on Ctrl-C or on a SIGTERM or SIGINT to make, then names the
+# volumes still mounted.
 run: install system-deps  ## serve the driver on a local socket, state in ./.run (Ctrl-C stops it)
 	@mkdir -p $(RUN_DIR)
 	@echo "csi-hostpath: socket $(RUN_DIR)/csi.sock, state $(RUN_DIR)/state"
-	$(VENV)/bin/csi-hostpath serve --endpoint $(ENDPOINT) --node-id $(NODE_ID) \
-		--state-dir $(RUN_DIR)/state
+	@bash tools/run-local.sh $(RUN_DIR) $(PY) $(VENV)/bin/csi-hostpath serve \
+		--endpoint $(ENDPOINT) --node-id $(NODE_ID) --state-dir $(RUN_DIR)/state
 
 demo: install  ## take a volume through every phase on the driver `make run` serves
 	$(VENV)/bin/csi-hostpath demo --endpoint $(ENDPOINT) --state-dir $(RUN_DIR)/state
@@ -70,5 +73,12 @@ unit: install  ## the fast tests only (no root needed, under a minute)
 	TMPDIR=$$([ -w /dev/shm ] && echo /dev/shm || echo "$${TMPDIR:-/tmp}") \
 		$(PY) -m pytest -q -m 'not real' $(PYTEST_ARGS)
 
-clean:  ## remove the venv, caches and the .run directory (stop `make run` first)
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis $(RUN_DIR) *.egg-info
+# Every local volume and snapshot lives in $(RUN_DIR): clean never touches it.
+clean:  ## remove the venv and the caches (never the volumes in ./.run: see clean-volumes)
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info
+
+# Runs without the venv (clean may have removed it): the code it needs is standard library only.
+LOCAL_PY = $(if $(wildcard $(PY)),$(PY),python3)
+clean-volumes:  ## delete ./.run with every local volume and snapshot; refused while in use (YES=1: don't ask)
+	@PYTHONPATH=$(CURDIR) $(LOCAL_PY) -m csi_hostpath run-dir remove --run-dir $(RUN_DIR) \
+		$(if $(YES),--yes)

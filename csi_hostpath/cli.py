@@ -273,9 +273,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="force even though the node still heartbeats",
     )
-    from csi_hostpath.volume_cli.args import add_volume_parser
+    from csi_hostpath.run_dir import add_run_dir_parser
+    from csi_hostpath.volume_cli.args import RUN_DIR_HELP, add_volume_parser
 
     add_volume_parser(sub)
+    add_run_dir_parser(sub, RUN_DIR_HELP)
     from csi_hostpath.sidecars.flags import add_sidecar_parsers
 
     add_sidecar_parsers(sub)
@@ -386,6 +388,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from csi_hostpath.node_cmd import run as node_run
 
         return node_run(args, _dirs)
+    if args.command == "run-dir":
+        from csi_hostpath.run_dir import run as run_dir_run
+        from csi_hostpath.volume_cli.args import run_dir_from
+
+        return run_dir_run(args, run_dir_from(args.run_dir))
     if args.command == "state":
         from csi_hostpath.state_cmd import rebuild
 

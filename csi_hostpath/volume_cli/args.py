@@ -47,11 +47,20 @@ class Places:
         return self.run_dir / "volume-cli"
 
 
+def run_dir_from(flag: str | None) -> Path:
+    """--run-dir > $CSI_HOSTPATH_RUN_DIR > ./.run."""
+    return Path(flag or os.environ.get(RUN_DIR_ENV) or ".run").absolute()
+
+
+RUN_DIR_HELP = (
+    f"where `make run` keeps its socket and state (default ${RUN_DIR_ENV}, else ./.run)"
+)
+
+
 def places(args: argparse.Namespace) -> Places:
-    """--run-dir > $CSI_HOSTPATH_RUN_DIR > ./.run; --endpoint > $CSI_HOSTPATH_ENDPOINT >
-    unix://RUN_DIR/csi.sock; the pool (for allocated bytes) is RUN_DIR/state/pool unless
-    --pool-dir says otherwise."""
-    run_dir = Path(args.run_dir or os.environ.get(RUN_DIR_ENV) or ".run").absolute()
+    """RUN_DIR (run_dir_from); --endpoint > $CSI_HOSTPATH_ENDPOINT > unix://RUN_DIR/csi.sock;
+    the pool (for allocated bytes) is RUN_DIR/state/pool unless --pool-dir says otherwise."""
+    run_dir = run_dir_from(args.run_dir)
     endpoint = args.endpoint or os.environ.get(ENDPOINT_ENV) or f"unix://{run_dir}/csi.sock"
     pool_dir = Path(args.pool_dir).absolute() if args.pool_dir else run_dir / "state" / "pool"
     return Places(endpoint, run_dir, pool_dir)
@@ -66,8 +75,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--run-dir",
         default=None,
-        help=f"where `make run` keeps its socket and state (default ${RUN_DIR_ENV}, else ./.run); "
-        "this command keeps its records in RUN_DIR/volume-cli",
+        help=f"{RUN_DIR_HELP}; this command keeps its records in RUN_DIR/volume-cli",
     )
     p.add_argument(
         "--pool-dir",

@@ -53,3 +53,34 @@ def loop_volume(path: str) -> str:
         return ""
     name = os.path.basename(backing)
     return name.removesuffix(".img") if name.endswith(".img") else ""
+
+
+def _below(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def mounts_below(root: str) -> list[tuple[str, str]]:
+    """(mount point, source) of every mount at or below root, in mountinfo's order."""
+    found = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            point = _unescape(fields[4])
+            if _below(point, root):
+                found.append((point, _unescape(fields[fields.index("-") + 2])))
+    return found
+
+
+def loops_backed_below(root: str) -> list[tuple[str, str]]:
+    """(/dev/loopN, backing file) of every loop device whose backing file is below root, as the
+    kernel names the file (" (deleted)" when it was removed while attached)."""
+    found = []
+    for device in sorted(os.listdir("/sys/block")):
+        try:
+            with open(f"/sys/block/{device}/loop/backing_file") as f:
+                backing = f.read().strip()
+        except OSError:
+            continue
+        if _below(backing.removesuffix(" (deleted)"), root):
+            found.append((f"/dev/{device}", backing))
+    return found

@@ -1,0 +1,101 @@
+"""`make run` and the other Makefile targets as a person runs them: the repository's own Makefile,
+with RUN_DIR pointed at a test's directory."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+REPO = Path(__file__).resolve().parents[1]
+STOP_TIMEOUT = 60.0
+
+
+@dataclass
+class MakeRun:
+    """`make run RUN_DIR=...` in its own session (so no signal of the test's reaches it)."""
+
+    run_dir: Path
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
+
+    def start(self, timeout: float = 120.0) -> MakeRun:
+        socket = self.run_dir / "csi.sock"
+        socket.unlink(missing_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                ["make", "-s", "-C", str(REPO), "run", f"RUN_DIR={self.run_dir}", "NODE_ID=node-a"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        while not socket.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"make run did not serve:\n{self.log()}")
+            time.sleep(0.05)
+        channel = grpc.insecure_channel(f"unix://{socket}")
+        try:
+            grpc.channel_ready_future(channel).result(timeout=timeout)
+        finally:
+            channel.close()
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM) -> str:
+        """Send sig to make's own PID; make and the driver must be gone within STOP_TIMEOUT.
+        The log written since start."""
+        assert self.proc is not None
+        before = len(self.log())
+        os.kill(self.proc.pid, sig)
+        try:
+            self.proc.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"make run did not stop on signal {sig}:\n{self.log()}") from None
+        return self.log()[before:]
+
+    def kill(self) -> None:
+        """The last resort of a teardown: the session this helper started, and nothing else."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+def checkout_copy(root: Path) -> Path:
+    """The Makefile, its fragments, the tools and the package (a link) in a directory of their
+    own, with a venv and caches of its own: targets that remove those (clean) run there, never
+    in the repository the tests run from."""
+    copy = root / "checkout"
+    copy.mkdir()
+    shutil.copy(REPO / "Makefile", copy / "Makefile")
+    shutil.copytree(REPO / "mk", copy / "mk")
+    shutil.copytree(REPO / "tools", copy / "tools")
+    (copy / "csi_hostpath").symlink_to(REPO / "csi_hostpath")
+    for made in (".venv/bin", ".mypy_cache", ".ruff_cache", ".pytest_cache", ".hypothesis"):
+        (copy / made).mkdir(parents=True)
+    return copy
+
+
+def make_in(copy: Path, target: str, *variables: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["make", "-s", "-C", str(copy), target, *variables],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=300,
+        check=False,
+    )
