@@ -23,7 +23,7 @@ from csi_hostpath.api.controller import ControllerServicer
 from csi_hostpath.api.copy_pool import CopyPool
 from csi_hostpath.api.group_controller import GroupControllerServicer
 from csi_hostpath.api.identity import IdentityServicer
-from csi_hostpath.api.liveness import LivenessPool, max_concurrent_rpcs
+from csi_hostpath.api.liveness import LivenessPool, max_concurrent_rpcs, server_options
 from csi_hostpath.api.logging_interceptor import LoggingInterceptor
 from csi_hostpath.api.node import NodeServicer
 from csi_hostpath.api.self_publish import SelfPublish
@@ -264,7 +264,7 @@ def _grpc_server(config: Config, metrics: Metrics) -> tuple[LivenessPool, grpc.S
         futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="rpc"),
         # LivenessPool first: the outermost interceptor's handler is the one grpc runs.
         interceptors=[liveness, LoggingInterceptor(metrics.observe)],
-        options=[("grpc.so_reuseport", 0)],
+        options=server_options(),
         maximum_concurrent_rpcs=max_concurrent_rpcs(config.workers),
     )
     return liveness, server

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import TracebackType
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, SETTINGS, PING, GOAWAY = 0x0, 0x1, 0x4, 0x6, 0x7
+DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY = 0x0, 0x1, 0x3, 0x4, 0x6, 0x7
 END_HEADERS, ACK = 0x4, 0x1
 
 
@@ -56,6 +56,8 @@ class StalledCalls:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.connect(str(socket_path))
         self._lock = threading.Lock()
+        self.reset: set[int] = set()  # streams the server ended with RST_STREAM
+        self._reset_seen = threading.Condition()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._send(PREFACE + frame(SETTINGS, 0, 0))
         self._reader.start()
@@ -87,10 +89,19 @@ class StalledCalls:
                     self._send(frame(SETTINGS, ACK, 0))
                 elif kind == PING and not flags & ACK:
                     self._send(frame(PING, ACK, 0, payload))
+                elif kind == RST_STREAM:
+                    with self._reset_seen:
+                        self.reset.add(int.from_bytes(head[5:9], "big") & 0x7FFFFFFF)
+                        self._reset_seen.notify_all()
                 elif kind == GOAWAY:
                     return
         except (OSError, EOFError):
             return
+
+    def wait_reset(self, count: int, timeout: float) -> bool:
+        """Until the server has reset `count` of these streams (refused or cancelled them)."""
+        with self._reset_seen:
+            return self._reset_seen.wait_for(lambda: len(self.reset) >= count, timeout)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):

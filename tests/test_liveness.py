@@ -26,6 +26,7 @@ from tests.stall import StalledCalls
 
 pytestmark = pytest.mark.real
 QUICK = 3.0  # seconds: a liveness probe's budget
+PROBE = "/csi.v1.Identity/Probe"
 
 
 def probe(client: Client) -> bool:
@@ -55,6 +56,53 @@ def test_32_stalled_calls_leave_probe_answering(spawn: Any) -> None:
         assert time.monotonic() - started < QUICK
     # The stalled connection is gone: its workers are free again.
     client.controller.ControllerGetCapabilities(caps, timeout=10)
+
+
+def test_32_stalled_probe_calls_leave_probe_answering(spawn: Any) -> None:
+    """Stalled calls of Probe itself: one connection may hold fewer streams than the liveness
+    pool has workers, so the kubelet's Probe on its own connection still finds one free."""
+    _, client = spawn("d", "--workers", "16")
+    assert client is not None
+    with StalledCalls(client.socket, PROBE, 32) as stalled:
+        assert stalled.wait_reset(1, 30), "the streams past the cap are refused"
+        assert probe(client) is True
+        assert health_status(client) == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_stalled_probe_calls_on_many_connections_are_cancelled(spawn: Any) -> None:
+    """Connections enough to take every liveness worker: each call whose body never arrives is
+    cancelled (reset) after a while, and Probe answers again."""
+    _, client = spawn("d")
+    assert client is not None
+    from csi_hostpath.api.liveness import LIVENESS_WORKERS
+
+    connections, calls = 3, 16
+    assert connections * calls > LIVENESS_WORKERS
+    with contextlib.ExitStack() as stack:
+        stalls = [
+            stack.enter_context(StalledCalls(client.socket, PROBE, calls))
+            for _ in range(connections)
+        ]
+        for stalled in stalls:
+            assert stalled.wait_reset(calls, 60), stalled.reset
+        assert probe(client) is True
+
+
+def test_requests_that_do_not_parse_leave_their_connection_serving(spawn: Any) -> None:
+    """More than the streams one connection may hold, each refused INVALID_ARGUMENT; a call
+    whose parse failed in grpc itself held its stream until a garbage collection."""
+    _, client = spawn("d")
+    assert client is not None
+    call = client.channel.unary_unary(
+        "/csi.v1.Controller/ControllerUnpublishVolume",
+        request_serializer=lambda b: b,
+        response_deserializer=lambda b: b,
+    )
+    for _ in range(40):
+        with pytest.raises(grpc.RpcError) as e:
+            call(b"\xff\xff\xff", timeout=QUICK)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, e.value.details()
+    assert probe(client) is True
 
 
 def test_probe_does_not_wait_on_a_writer_lock_held_by_another_process(

@@ -5,15 +5,20 @@ while grpc waits for it; a slow copy; a thread waiting on sqlite's writer lock) 
 grpcio runs a handler on `behavior.experimental_thread_pool` when the behavior has one
 (grpc/_server.py, `_select_thread_pool_for_behavior`); the request is also read on that pool.
 This interceptor must be the outermost one, so the handler it returns is the one grpc runs.
+
+Stalled calls of the liveness methods themselves must not take that pool either: one connection
+may hold at most STREAMS_PER_CONNECTION streams (grpc refuses the rest with RST_STREAM), fewer than
+the pool's workers, and a call whose body never arrives is cancelled (api/body_deadline.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent import futures
-from typing import Any
 
 import grpc
+
+from csi_hostpath.api.body_deadline import BodyWatchdog, with_body_deadline
 
 LIVENESS_METHODS = frozenset(
     {
@@ -23,23 +28,15 @@ LIVENESS_METHODS = frozenset(
         "/grpc.health.v1.Health/Check",
     }
 )
-LIVENESS_WORKERS = 4
-
-
-class _OnPool:
-    """A unary behavior that tells grpc which executor to run it on."""
-
-    def __init__(self, inner: Callable[[Any, grpc.ServicerContext], Any], pool: Any) -> None:
-        self._inner = inner
-        self.experimental_thread_pool = pool
-
-    def __call__(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return self._inner(request, context)
+STREAMS_PER_CONNECTION = 16
+# More than one connection may hold: its stalled Probes leave workers for the kubelet's.
+LIVENESS_WORKERS = STREAMS_PER_CONNECTION + 4
 
 
 class LivenessPool(grpc.ServerInterceptor):  # type: ignore[misc]
     def __init__(self, workers: int = LIVENESS_WORKERS) -> None:
         self.pool = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="liveness")
+        self.watchdog = BodyWatchdog()
 
     def intercept_service(
         self,
@@ -47,20 +44,19 @@ class LivenessPool(grpc.ServerInterceptor):  # type: ignore[misc]
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler | None:
         handler = continuation(handler_call_details)
-        if (
-            handler is None
-            or handler.unary_unary is None
-            or handler_call_details.method not in LIVENESS_METHODS
-        ):
+        if handler is None or handler.unary_unary is None:
             return handler
-        return grpc.unary_unary_rpc_method_handler(
-            _OnPool(handler.unary_unary, self.pool),
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        method = handler_call_details.method
+        pool = self.pool if method in LIVENESS_METHODS else None
+        return with_body_deadline(handler, method, self.watchdog, pool)
 
     def shutdown(self) -> None:
+        self.watchdog.stop()
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def server_options() -> list[tuple[str, int]]:
+    return [("grpc.so_reuseport", 0), ("grpc.max_concurrent_streams", STREAMS_PER_CONNECTION)]
 
 
 def max_concurrent_rpcs(workers: int) -> int:
