@@ -57,10 +57,20 @@ CASES = (
             },
             "sidecars": {
                 "provisioner": {"image": {"repository": "mirror.example.org/csi-provisioner"}},
-                "nodeDriverRegistrar": {"image": {"tag": "v2.16.0"}},
+                "nodeDriverRegistrar": {"implementation": "upstream", "image": {"tag": "v2.16.0"}},
             },
         },
         (SNAPSHOT_API,),
+    ),
+    # The registrar and the liveness probe from kubernetes-csi's images, not the driver's.
+    Case(
+        "upstream-helpers",
+        {
+            "sidecars": {
+                "nodeDriverRegistrar": {"implementation": "upstream"},
+                "livenessProbe": {"implementation": "upstream"},
+            }
+        },
     ),
     Case(
         "metrics-no-election",

@@ -49,3 +49,52 @@ external-attacher deploy/kubernetes/deployment.yaml of v4.12.0).
     - name: socket-dir
       mountPath: {{ include "csi-hostpath.socketDir" $root }}
 {{- end -}}
+
+{{/*
+The image of a kubelet-facing helper (the registrar, the liveness probe), called with (dict "root"
+$ "values" $.Values.sidecars.X). implementation csi-hostpath runs the driver's own image, whose
+entrypoint is `csi-hostpath`: the args then start with the subcommand (csi-hostpath.helperCommand).
+implementation upstream runs the kubernetes-csi image, whose flags are the same.
+*/}}
+{{- define "csi-hostpath.helperImage" -}}
+{{- $image := .root.Values.driver.image -}}
+{{- if eq .values.implementation "upstream" -}}
+{{- $image = .values.image -}}
+{{- end -}}
+image: {{ include "csi-hostpath.image" $image }}
+imagePullPolicy: {{ $image.pullPolicy }}
+{{- end -}}
+
+{{/* The subcommand that leads the args of a helper in the driver's image, or "" upstream. */}}
+{{- define "csi-hostpath.helperCommand" -}}
+{{- if ne .values.implementation "upstream" -}}
+{{- .command -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The liveness-probe container of a pod whose driver serves its socket in socket-dir: call with
+(dict "root" $ "port" PORT). It turns the driver's Probe into GET /healthz on PORT, which the
+driver container's own livenessProbe asks; --health-port is deprecated upstream
+(cmd/livenessprobe/main.go of v2.19.0), so --http-endpoint it is.
+*/}}
+{{- define "csi-hostpath.livenessSidecar" -}}
+{{- $root := .root -}}
+{{- $v := $root.Values.sidecars.livenessProbe -}}
+- name: liveness-probe
+  {{- include "csi-hostpath.helperImage" (dict "root" $root "values" $v) | nindent 2 }}
+  args:
+    {{- with include "csi-hostpath.helperCommand" (dict "values" $v "command" "livenessprobe") }}
+    - {{ . }}
+    {{- end }}
+    - --csi-address={{ include "csi-hostpath.socketPath" $root }}
+    - --http-endpoint=:{{ .port }}
+    - --probe-timeout={{ $v.probeTimeout }}
+  securityContext:
+    {{- include "csi-hostpath.sidecarSecurityContext" $root | nindent 4 }}
+  resources:
+    {{- toYaml $v.resources | nindent 4 }}
+  volumeMounts:
+    - name: socket-dir
+      mountPath: {{ include "csi-hostpath.socketDir" $root }}
+{{- end -}}
