@@ -1,0 +1,11 @@
+# The real cluster from binaries on this machine (tools/cluster/, docs/kind.md): Kubernetes'
+# control plane as host processes and two nodes, each in its own namespaces with its own
+# containerd, kubelet and kube-proxy. Needs root. Included by the main Makefile.
+
+.PHONY: cluster-up cluster-down
+
+cluster-up:  ## bring up the real two-node cluster (root); prints its kubeconfig, .run/cluster/kubeconfig
+	@bash tools/cluster/up.sh
+
+cluster-down:  ## end every process, mount, loop device and network device the cluster made (root)
+	@bash tools/cluster/down.sh

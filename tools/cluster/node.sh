@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# One node of the cluster from binaries, made like a kind node: its own network, mount, PID, UTS
+# and IPC namespaces, its own containerd, kubelet and kube-proxy.
+#
+#   tools/cluster/node.sh create NODE           namespaces, veth, mounts and the node's init
+#   tools/cluster/node.sh start NODE COMPONENT  start containerd, kubelet or kube-proxy in it
+#   tools/cluster/node.sh stop NODE COMPONENT   end that component (SIGTERM, then SIGKILL)
+#   tools/cluster/node.sh exec NODE -- CMD...   run CMD inside the node (as `docker exec` would)
+#   tools/cluster/node.sh pid NODE              the host PID of the node's init
+#   tools/cluster/node.sh list                  the node names
+#   tools/cluster/node.sh --help
+#
+# NODE is a node name (csi-hostpath-worker, csi-hostpath-worker2, ...) or its index (1, 2, ...).
+# Inside the node, these host directories of its own are bind-mounted over the usual paths:
+# /var/lib/kubelet (rshared), /var/lib/containerd, /etc/cni/net.d, /var/log and
+# /var/lib/csi-hostpath (whose pool/ and controller/ are the same host directories on every
+# node, and node/ the node's own), and /run is a tmpfs of its own. Mounts made inside one node are
+# seen by no other node and not by the host.
+set -euo pipefail
+# shellcheck source=tools/cluster/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+load_settings
+CLUSTER_PAUSE_BIN=${CLUSTER_PAUSE_BIN:-$(bash "$CLUSTER_TOOLS/pause.sh" path bin)}
+
+usage() { sed -n '2,20p' "$0"; }
+
+# The paths each node sees at their usual place, and where they come from on the host.
+NODE_BINDS="kubelet:/var/lib/kubelet containerd:/var/lib/containerd cni:/etc/cni/net.d varlog:/var/log csi-hostpath:/var/lib/csi-hostpath"
+
+pidfile() { echo "$CLUSTER_RUN/pids/$1.pid"; }
+init_pid() {
+  local f
+  f=$(pidfile "$1.init")
+  if [ ! -f "$f" ] || ! running "$(cat "$f")"; then die "node $1 is not running (no init at $f)"; fi
+  cat "$f"
+}
+
+# in_node NAME CMD...: run CMD in every namespace of the node (its PID namespace included).
+in_node() {
+  local name=$1
+  shift
+  nsenter --target "$(init_pid "$name")" --mount --net --pid --uts --ipc -- "$@"
+}
+
+# Inside the node's fresh mount namespace, before anything runs there: drop the copies of the
+# host's other mounts (another program's loop-device mount, copied here, would stay busy for as
+# long as the node lives), then mount the node's own directories.
+setup_mounts() {
+  local i=$1 dir target src keep
+  dir=$(node_dir "$i")
+  findmnt -rn -o TARGET | sort -r | while read -r target; do
+    target=$(printf '%b' "$target")
+    keep=0
+    case "$target" in
+      / | /proc | /proc/* | /sys | /sys/* | /dev | /dev/*) keep=1 ;;
+    esac
+    [ "$keep" = 1 ] || umount -l "$target" 2>/dev/null || true
+  done
+  # The node's own sysfs (its network devices), with the host's cgroup hierarchies kept.
+  mount --rbind /sys/fs/cgroup "$dir/mnt/cgroup"
+  mount -t sysfs sysfs /sys
+  mount --move "$dir/mnt/cgroup" /sys/fs/cgroup
+  mount -t tmpfs -o mode=0755,size=256m tmpfs /run
+  for pair in $NODE_BINDS; do
+    src=${pair%%:*}
+    target=${pair#*:}
+    mount --bind "$dir/$src" "$target"
+  done
+  # The node plugin mounts the kubelet directory with Bidirectional propagation.
+  mount --make-rshared /var/lib/kubelet
+  mount --bind "$CLUSTER_ROOT/shared/pool" /var/lib/csi-hostpath/pool
+  mount --bind "$CLUSTER_ROOT/shared/controller" /var/lib/csi-hostpath/controller
+  mount --bind "$CLUSTER_RUN/nodes/$(node_name "$i")/resolv.conf" /etc/resolv.conf
+}
+
+init_ready() { [ "$(readlink "/proc/$1/exe")" = "$CLUSTER_PAUSE_BIN" ]; }
+
+create() {
+  local i=$1 name dir ip veth j
+  name=$(node_name "$i")
+  dir=$(node_dir "$i")
+  ip=$(node_ip "$i")
+  veth=$(node_veth "$i")
+  mkdir -p "$dir/ns" "$dir/mnt/cgroup" "$dir/csi-hostpath/pool" "$dir/csi-hostpath/controller" \
+    "$dir/csi-hostpath/node" "$CLUSTER_RUN/pids" "$CLUSTER_RUN/logs" "$CLUSTER_RUN/nodes/$name"
+  for pair in $NODE_BINDS; do mkdir -p "$dir/${pair%%:*}"; done
+  # The node's own resolv.conf, over /etc/resolv.conf inside it: the host's resolvers are not the
+  # cluster's, and containerd copies this file into every pod.
+  echo "# $CLUSTER_TAG: no DNS" >"$CLUSTER_RUN/nodes/$name/resolv.conf"
+
+  # Both namespaces are pinned by a bind mount under the cluster's root, so they outlive any
+  # process and down.sh finds them. The mount namespace is made inside the network namespace:
+  # its sysfs then shows the node's own network devices.
+  touch "$dir/ns/mnt" "$dir/ns/net"
+  if ! findmnt -rn "$dir/ns/net" >/dev/null; then
+    unshare --net="$dir/ns/net" -- true
+  fi
+  if ! findmnt -rn "$dir/ns/mnt" >/dev/null; then
+    nsenter --net="$dir/ns/net" -- \
+      unshare --mount="$dir/ns/mnt" --propagation private -- bash "$0" _setup-mounts "$i"
+  fi
+
+  # The node's end of the veth is its eth0; the host's end joins the cluster's bridge.
+  if ! ip link show "$veth" >/dev/null 2>&1; then
+    nsenter --net="$dir/ns/net" -- ip link add eth0 type veth peer name "$veth" netns "$$"
+  fi
+  ip link set "$veth" master "$CLUSTER_BRIDGE" up
+  nsenter --net="$dir/ns/net" -- bash -euo pipefail -c "
+    ip link set lo up
+    ip addr replace $ip/24 dev eth0
+    ip link set eth0 up
+    # No default route: the node reaches its bridge's network, the other nodes' pods (through
+    # their node), and the service range (through the host, where kube-proxy's DNAT is undone
+    # towards the API server) and nothing else.
+    ip route replace $CLUSTER_SERVICE_CIDR via $CLUSTER_HOST_IP dev eth0
+    sysctl -qw net.ipv4.ip_forward=1
+    if [ -e /proc/sys/net/bridge/bridge-nf-call-iptables ]; then
+      sysctl -qw net.bridge.bridge-nf-call-iptables=1
+    fi
+  "
+  for ((j = 1; j <= CLUSTER_NODES; j++)); do
+    [ "$j" = "$i" ] && continue
+    nsenter --net="$dir/ns/net" -- ip route replace "$(node_pod_cidr "$j")" via "$(node_ip "$j")" dev eth0
+  done
+  # The host answers pods of this node (the API server's replies) through it.
+  ip route replace "$(node_pod_cidr "$i")" via "$ip" dev "$CLUSTER_BRIDGE"
+
+  make_cgroup "$(node_cgroup "$i")"
+  if [ -f "$(pidfile "$name.init")" ] && running "$(cat "$(pidfile "$name.init")")"; then
+    return 0
+  fi
+  # The node's init: PID 1 of its PID namespace, reaping what containerd's shims leave; when it
+  # ends, the kernel ends every process of the node.
+  local starter init
+  starter=$(
+    join_cgroup "$(node_cgroup "$i")"
+    # shellcheck disable=SC2016 # expanded by the node's bash, from its arguments
+    setsid nsenter --mount="$dir/ns/mnt" --net="$dir/ns/net" -- \
+      unshare --pid --uts --ipc --fork --kill-child -- \
+      bash -c 'mount -t proc proc /proc && hostname "$1" && exec "$2"' node-init "$name" \
+      "$CLUSTER_PAUSE_BIN" </dev/null >>"$CLUSTER_RUN/logs/$name.init.log" 2>&1 &
+    echo $!
+  )
+  init=$(child_of "$starter") || { tail_log "$name.init"; die "node $name: its init did not start"; }
+  echo "$init" >"$(pidfile "$name.init")"
+  # Once it runs the pause program, the node's /proc is mounted: every later nsenter sees the
+  # node's PID namespace through it.
+  wait_for "node $name init" 10 "$name.init" init_ready "$init"
+}
+
+start() {
+  local i=$1 component=$2 name conf pid starter bin args=()
+  name=$(node_name "$i")
+  conf=$CLUSTER_RUN/nodes/$name
+  case "$component" in
+    containerd)
+      bin=$(cluster_bin containerd)
+      args=(--config "$conf/containerd.toml")
+      ;;
+    kubelet)
+      bin=$(cluster_bin kubelet)
+      args=(--config "$conf/kubelet.yaml" --kubeconfig "$CLUSTER_RUN/pki/kubelet-$name.kubeconfig"
+        --hostname-override "$name" --node-ip "$(node_ip "$i")" --v 2)
+      ;;
+    kube-proxy)
+      bin=$(cluster_bin kube-proxy)
+      args=(--config "$conf/kube-proxy.yaml" --v 2)
+      ;;
+    *) die "unknown component '$component' (containerd, kubelet, kube-proxy)" ;;
+  esac
+  pid=$(pidfile "$name.$component")
+  if [ -f "$pid" ] && running "$(cat "$pid")"; then return 0; fi
+  starter=$(
+    join_cgroup "$(node_cgroup "$i")"
+    setsid nsenter --target "$(init_pid "$name")" --mount --net --pid --uts --ipc -- \
+      "$bin" "${args[@]}" </dev/null >>"$CLUSTER_RUN/logs/$name.$component.log" 2>&1 &
+    echo $!
+  )
+  child_of "$starter" >"$pid" || { tail_log "$name.$component"; die "node $name: $component did not start"; }
+}
+
+stop() {
+  local name=$1 component=$2 pid f i
+  f=$(pidfile "$name.$component")
+  [ -f "$f" ] || return 0
+  pid=$(cat "$f")
+  kill -TERM "$pid" 2>/dev/null || true
+  for i in $(seq 100); do
+    running "$pid" || break
+    sleep 0.1
+  done
+  kill -KILL "$pid" 2>/dev/null || true
+  rm -f "$f"
+}
+
+case "${1:-}" in
+  -h | --help) usage; exit 0 ;;
+  create) [ $# -eq 2 ] || { usage >&2; exit 2; }; create "$(node_index "$2")" ;;
+  _setup-mounts) setup_mounts "$2" ;;
+  start) [ $# -eq 3 ] || { usage >&2; exit 2; }; start "$(node_index "$2")" "$3" ;;
+  stop) [ $# -eq 3 ] || { usage >&2; exit 2; }; stop "$(node_name "$(node_index "$2")")" "$3" ;;
+  exec)
+    [ $# -ge 4 ] && [ "$3" = -- ] || { usage >&2; exit 2; }
+    name=$(node_name "$(node_index "$2")")
+    shift 3
+    in_node "$name" "$@"
+    ;;
+  pid) [ $# -eq 2 ] || { usage >&2; exit 2; }; init_pid "$(node_name "$(node_index "$2")")" ;;
+  list) for ((i = 1; i <= CLUSTER_NODES; i++)); do node_name "$i"; done ;;
+  *) usage >&2; exit 2 ;;
+esac
