@@ -3,11 +3,33 @@
 #
 #   docker build -t csi-hostpath:0.1.0 .        (or: make image)
 #
-# Two stages: the builder turns the project and all its dependencies into wheels; the final stage
-# installs only those wheels (--no-index), so it needs no compiler, no build backend and no network
-# for Python packages, and what was tested as wheels is exactly what runs.
+# It is Debian with Debian's own python3: the base is the official Debian image by default, and
+# tools/cluster/images.sh passes BASE_IMAGE=<a minbase bookworm root it made with debootstrap>, so
+# the same file builds on a machine that reaches no container registry, only Debian and PyPI.
+#
+# Two stages: the builder turns the project and all its dependencies into wheels and installs
+# exactly those wheels (--no-index) into a virtual environment; the final stage copies only that
+# environment, so it has no compiler, no pip, no build backend, and what was built as wheels is
+# exactly what runs.
 
-FROM python:3.11-slim-bookworm AS builder
+# The official image a Docker user pulls; images.sh overrides it with the local debootstrap base.
+ARG BASE_IMAGE=debian:bookworm-slim
+
+FROM ${BASE_IMAGE} AS builder
+
+ARG VERSION=0.1.0
+# Set only by a build whose machine reaches PyPI through a TLS proxy with its own CA (images.sh
+# passes the host's pip CA bundle, bind-mounted for the build only); unset, pip uses its default.
+ARG PIP_CERT
+
+# python3-venv gives the venv its pip; ca-certificates lets that pip verify PyPI.
+# DL3008 (pin apt package versions) is ignored on purpose: Debian's archive keeps only the newest
+# version of each package in a stable release, so an exact pin stops building after the next
+# security update. The base image (bookworm) is what fixes the release.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \
+    && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src
 
@@ -16,39 +38,44 @@ COPY pyproject.toml README.md ./
 COPY csi_hostpath ./csi_hostpath
 
 # `pip wheel .` builds the project with its declared build backend (build isolation fetches
-# setuptools as pyproject.toml pins it) and collects the wheels of every runtime dependency.
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+# setuptools as pyproject.toml pins it) and collects the wheels of every runtime dependency; the
+# install that follows takes those wheels only. pip itself leaves the environment afterwards.
+RUN python3 -m venv /opt/csi-hostpath \
+    && /opt/csi-hostpath/bin/pip wheel --no-cache-dir --wheel-dir /wheels . \
+    && /opt/csi-hostpath/bin/pip install --no-cache-dir --no-index --find-links=/wheels \
+        "csi-hostpath==${VERSION}" \
+    && /opt/csi-hostpath/bin/pip uninstall -y pip setuptools
 
 
-FROM python:3.11-slim-bookworm
+FROM ${BASE_IMAGE}
 
+ARG BASE_IMAGE
 ARG VERSION=0.1.0
 
 LABEL org.opencontainers.image.title="csi-hostpath" \
       org.opencontainers.image.description="A CSI driver whose volumes are sparse files on loop devices, with a durable publish ledger" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.licenses="Apache-2.0" \
-      org.opencontainers.image.base.name="docker.io/library/python:3.11-slim-bookworm"
+      org.opencontainers.image.base.name="${BASE_IMAGE}"
 
-# The node plugin shells out to these (csi_hostpath/system/linux.py; loop devices themselves are
-# driven with ioctls): blkid (util-linux), mkfs.ext4, e2fsck and resize2fs (e2fsprogs), mkfs.xfs
-# and xfs_growfs (xfsprogs), mount and umount (mount). pyudev loads libudev1 for the kernel's
+# python3 runs the driver (the venv below points at Debian's /usr/bin/python3). The node plugin
+# shells out to the rest (csi_hostpath/system/linux.py; loop devices themselves are driven with
+# ioctls): blkid (util-linux), mkfs.ext4, e2fsck and resize2fs (e2fsprogs), mkfs.xfs and
+# xfs_growfs (xfsprogs), mount and umount (mount). pyudev loads libudev1 for the kernel's
 # loop-device uevents (csi_hostpath/system/linux_uevents.py). No build tools are installed here.
 #
-# DL3008 (pin apt package versions) is ignored on purpose: Debian's archive keeps only the newest
-# version of each package in a stable release, so an exact pin stops building after the next
-# security update. The base image tag (bookworm) is what fixes the release.
+# DL3008 is ignored for the reason given in the builder stage (Debian keeps only the newest
+# version of each package in a release, so a version pin stops building).
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends util-linux e2fsprogs xfsprogs mount libudev1 \
+    && apt-get install -y --no-install-recommends \
+        python3 util-linux e2fsprogs xfsprogs mount libudev1 \
     && rm -rf /var/lib/apt/lists/*
 
-# The wheels are bind-mounted from the builder for this one step, so they never become a layer of
-# the final image (RUN --mount needs BuildKit, the default builder since Docker 23).
-RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    pip install --no-cache-dir --no-index --find-links=/wheels "csi-hostpath==${VERSION}"
+COPY --from=builder /opt/csi-hostpath /opt/csi-hostpath
 
-ENV PYTHONUNBUFFERED=1 \
+ENV PATH=/opt/csi-hostpath/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1
 
 # No USER instruction: the image runs as root on purpose. The node plugin attaches loop devices

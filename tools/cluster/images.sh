@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# Every container image the cluster runs, made on this machine without any registry, as archives
+# in the cache that `ctr -n k8s.io images import` loads under the exact NAME:TAG the manifests use.
+# The images are listed in tools/cluster/images/images.txt.
+#
+#   tools/cluster/images.sh build [NAME:TAG...]      make what is missing (all images by default);
+#                                                    one whose binary is not built yet is skipped,
+#                                                    with a message; exit 1 if a build failed
+#   tools/cluster/images.sh list                     print "NAME:TAG ARCHIVE" for every image
+#                                                    whose current archive exists
+#   tools/cluster/images.sh names                    print every NAME:TAG this script makes
+#   tools/cluster/images.sh path NAME:TAG            print where its current archive is (or will
+#                                                    be); exit 1 if its inputs are not there
+#   tools/cluster/images.sh check NAME:TAG [ARG...]  import its archive into a throwaway containerd
+#                                                    and run it (with ARGs, else its own check)
+#
+# Needs root for build and check (buildah, containerd); the Debian packages they need are
+# installed with apt-get when missing. The archives live in ${CSI_HOSTPATH_CACHE:-~/.cache/csi-hostpath}/images.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=tools/cluster/images/lib.sh
+. "$here/images/lib.sh"
+# shellcheck source=tools/cluster/images/base.sh
+. "$here/images/base.sh"
+# shellcheck source=tools/cluster/images/driver.sh
+. "$here/images/driver.sh"
+# shellcheck source=tools/cluster/images/go.sh
+. "$here/images/go.sh"
+# shellcheck source=tools/cluster/images/busybox.sh
+. "$here/images/busybox.sh"
+# shellcheck source=tools/cluster/images/containerd.sh
+. "$here/images/containerd.sh"
+
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0" >&2; exit 2; }
+
+# key_of NAME:TAG RECIPE SOURCE: the hash of the image's inputs; fails when they are not there.
+key_of() {
+  case "$2" in
+    driver) driver_key ;;
+    go) go_key "$1" "$3" ;;
+    busybox) busybox_key ;;
+    *) die "$1: unknown recipe '$2' in $table" ;;
+  esac
+}
+
+# why_not NAME:TAG RECIPE SOURCE: why key_of failed.
+why_not() {
+  case "$2" in
+    go) not_built "$3" ;;
+    busybox) echo "Debian's busybox-static is not installed" ;;
+    *) echo "its inputs are missing" ;;
+  esac
+}
+
+# row NAME:TAG: the table row of one image, or die naming the known ones.
+row() {
+  local name recipe source
+  while read -r name recipe source; do
+    if [ "$name" = "$1" ] || [ "$(normalized "$name")" = "$(normalized "$1")" ]; then
+      echo "$name $recipe $source"
+      return 0
+    fi
+  done < <(table_rows)
+  die "no image $1 in $table (images.sh names lists them)"
+}
+
+cmd_list() {
+  local name recipe source key archive
+  while read -r name recipe source; do
+    key=$(key_of "$name" "$recipe" "$source" 2>/dev/null) || continue
+    archive=$(archive_path "$name" "$key")
+    [ -f "$archive" ] && echo "$name $archive"
+  done < <(table_rows)
+  return 0
+}
+
+cmd_path() {
+  local name recipe source key
+  read -r name recipe source < <(row "$1")
+  key=$(key_of "$name" "$recipe" "$source" 2>/dev/null) || die "$name: $(why_not "$name" "$recipe" "$source")"
+  archive_path "$name" "$key"
+}
+
+build_one() {
+  local name=$1 recipe=$2 source=$3 key archive
+  [ "$recipe" = busybox ] && need_pkg busybox-static
+  if ! key=$(key_of "$name" "$recipe" "$source" 2>/dev/null); then
+    say "$name: skipped: $(why_not "$name" "$recipe" "$source")"
+    return 0
+  fi
+  archive=$(archive_path "$name" "$key")
+  [ -f "$archive" ] && return 0
+  "${recipe}_build" "$name" "$key" "$archive" "$source"
+}
+
+cmd_build() {
+  local rows=() line rc=0 failed=() started=$SECONDS ref
+  [ "$(id -u)" -eq 0 ] || die "build needs root (buildah, debootstrap)"
+  if [ $# -eq 0 ]; then mapfile -t rows < <(table_rows)
+  else for ref in "$@"; do rows+=("$(row "$ref")"); done; fi
+  mkdir -p "$images_dir"
+  exec 9>"$images_dir/.lock"
+  flock -n 9 || { say "another build holds $images_dir/.lock; waiting"; flock 9; }
+  for line in "${rows[@]}"; do
+    read -r name recipe source <<<"$line"
+    # Each image in a subshell of its own: one failure is reported and the others still build.
+    set +e
+    (
+      set -e
+      trap cleanup_scratch EXIT
+      build_one "$name" "$recipe" "$source"
+    )
+    rc=$?
+    set -e
+    [ "$rc" -eq 0 ] || failed+=("$name")
+  done
+  if [ "${#failed[@]}" -gt 0 ]; then die "failed: ${failed[*]}"; fi
+  say "done in $((SECONDS - started)) s"
+}
+
+# run_image ARCHIVE NAME ID [ARG...]: run the image to its end as the kubelet would start it
+# (process_of), in a network namespace of its own with only lo; print what it prints. Each
+# container gets a top-level cgroup of its own name, which runc removes with it (ctr's default,
+# /<namespace>/<id>, would leave a k8s.io cgroup behind in every hierarchy).
+run_image() {
+  local archive=$1 name=$2 id=$3 process=()
+  shift 3
+  mapfile -t process < <(process_of "$archive" "$@")
+  c run --rm --runc-root "$ctr_dir/runc" --cgroup "/$id" "$name" "$id" "${process[@]}"
+}
+
+# check_driver ARCHIVE NAME: the image's own command (--help) prints the usage, and `serve` (the
+# entrypoint as the chart runs it) answers CSI Identity calls on its socket: driver-smoke.sh,
+# started beside it with `ctr tasks exec`.
+check_driver() {
+  local archive=$1 name=$2 id=csi-hostpath-check-$$ out process=()
+  out=$(run_image "$archive" "$name" "$id-help")
+  echo "$out" | grep -q "^usage: csi-hostpath" || die "check: the image's command printed: $out"
+  say "check: $name, its own command: $(echo "$out" | head -n 1)"
+  mapfile -t process < <(process_of "$archive" serve --endpoint unix:///tmp/csi.sock \
+    --mode controller --node-id image-check --state-dir /tmp/state)
+  c run -d --runc-root "$ctr_dir/runc" --cgroup "/$id" \
+    --mount "type=bind,src=$here/images/driver-smoke.sh,dst=/run/driver-smoke.sh,options=rbind:ro" \
+    "$name" "$id" "${process[@]}" >/dev/null
+  out=$(c tasks exec --exec-id smoke "$id" sh /run/driver-smoke.sh /tmp/csi.sock 2>&1) ||
+    die "check: the driver did not answer: $out"
+  say "check: $name ${process[*]}: $(echo "$out" | tail -n 1)"
+}
+
+cmd_check() {
+  local ref=$1 name recipe source key archive out
+  shift
+  [ "$(id -u)" -eq 0 ] || die "check needs root (containerd)"
+  read -r name recipe source < <(row "$ref")
+  key=$(key_of "$name" "$recipe" "$source" 2>/dev/null) || die "$name: $(why_not "$name" "$recipe" "$source")"
+  archive=$(archive_path "$name" "$key")
+  [ -f "$archive" ] || die "$name: not built (tools/cluster/images.sh build $name)"
+  trap 'ctr_down; cleanup_scratch' EXIT
+  ctr_up
+  ctr_import "$archive" "$name"
+  # ctr, unlike the kubelet, takes no short names: run it by the name containerd stores.
+  name=$(normalized "$name")
+  if [ $# -gt 0 ]; then
+    run_image "$archive" "$name" "csi-hostpath-check-$$" "$@"
+    return
+  fi
+  case "$recipe" in
+    driver) check_driver "$archive" "$name" ;;
+    go)
+      out=$(run_image "$archive" "$name" "csi-hostpath-check-$$" --version 2>&1) ||
+        die "check: $name --version failed: $out"
+      say "check: $name --version: $out" ;;
+    busybox)
+      # shellcheck disable=SC2016 # expanded by the image's sh, not here
+      out=$(run_image "$archive" "$name" "csi-hostpath-check-$$" sh -c \
+        'echo "$(busybox | head -n 1) as $(id -un), $(ls /bin | wc -l) links in /bin"')
+      say "check: $name sh: $out" ;;
+  esac
+}
+
+case "${1:-}" in
+  build) shift; cmd_build "$@" ;;
+  list) [ $# -eq 1 ] || usage; cmd_list ;;
+  names) [ $# -eq 1 ] || usage; table_rows | cut -d' ' -f1 ;;
+  path) [ $# -eq 2 ] || usage; cmd_path "$2" ;;
+  check) [ $# -ge 2 ] || usage; shift; cmd_check "$@" ;;
+  *) usage ;;
+esac

@@ -1,0 +1,43 @@
+#!/bin/sh
+# Runs INSIDE the driver image. With no argument (buildah run, before the image is published):
+# the CLI answers --help, and `serve` on a socket in a temp directory answers the CSI Identity
+# calls. With a SOCKET (`images.sh check`, beside the image's own entrypoint serving it): only
+# asks SOCKET. Prints one last line naming the plugin and its readiness.
+set -eu
+
+version=$(csi-hostpath --version)
+if [ $# -eq 1 ]; then
+  sock=$1
+else
+  csi-hostpath --help >/dev/null
+  dir=$(mktemp -d)
+  sock=$dir/csi.sock
+  csi-hostpath serve --endpoint "unix://$sock" --mode controller --node-id image-check \
+    --state-dir "$dir/state" --log-level WARNING &
+  pid=$!
+  trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$dir"' EXIT
+fi
+
+python3 - "$sock" "$version" <<'EOF'
+import sys
+import time
+
+import grpc
+
+from csi_hostpath._pb import csi_pb2, csi_pb2_grpc
+
+sock, version = sys.argv[1], sys.argv[2]
+channel = grpc.insecure_channel(f"unix://{sock}")
+identity = csi_pb2_grpc.IdentityStub(channel)
+deadline = time.monotonic() + 60
+while True:
+    try:
+        info = identity.GetPluginInfo(csi_pb2.GetPluginInfoRequest(), timeout=5)
+        ready = identity.Probe(csi_pb2.ProbeRequest(), timeout=5).ready.value
+        break
+    except grpc.RpcError:
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(0.2)
+print(f"{version}: serve answered GetPluginInfo {info.name} {info.vendor_version}, Probe ready={ready}")
+EOF
