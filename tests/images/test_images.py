@@ -194,3 +194,27 @@ def test_the_key_follows_the_drivers_sources(tmp_path: Path) -> None:
     module = copy / "csi_hostpath" / "cli.py"
     module.write_text(module.read_text() + "\n# changed\n")
     assert path() != first
+
+
+def test_the_agnhost_tag_is_the_pinned_agnhost() -> None:
+    """agnhost's image tag is the VERSION of test/images/agnhost in the pinned Kubernetes, which
+    tools/cluster/versions.env names."""
+    pins = dict(
+        line.split("=", 1)
+        for line in (ROOT / "tools/cluster/versions.env").read_text().splitlines()
+        if "=" in line and not line.startswith("#")
+    )
+    agnhost = [n for n in names() if "/e2e-test-images/agnhost:" in n]
+    assert agnhost == [f"registry.k8s.io/e2e-test-images/agnhost:{pins['AGNHOST_VERSION']}"]
+
+
+@pytest.mark.parametrize(
+    "dockerfile", sorted((ROOT / "tools/cluster/images").glob("*.Dockerfile")), ids=lambda p: p.name
+)
+def test_the_e2e_dockerfiles_are_hadolint_clean(dockerfile: Path) -> None:
+    from tests.chart.test_dockerfile import run_hadolint
+
+    result = run_hadolint(dockerfile)
+    assert result.returncode == 0 and not result.stdout.strip(), result.stdout + result.stderr
+    assert dockerfile.read_text().startswith("# "), "say what the image is for"
+    assert "ARG BASE_IMAGE=" in dockerfile.read_text()

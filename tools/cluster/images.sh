@@ -29,6 +29,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/images/go.sh"
 # shellcheck source=tools/cluster/images/busybox.sh
 . "$here/images/busybox.sh"
+# shellcheck source=tools/cluster/images/debian.sh
+. "$here/images/debian.sh"
 # shellcheck source=tools/cluster/images/containerd.sh
 . "$here/images/containerd.sh"
 
@@ -40,6 +42,7 @@ key_of() {
     driver) driver_key ;;
     go) go_key "$1" "$3" ;;
     busybox) busybox_key ;;
+    debian) debian_key "$1" "$3" ;;
     *) die "$1: unknown recipe '$2' in $table" ;;
   esac
 }
@@ -49,6 +52,7 @@ why_not() {
   case "$2" in
     go) not_built "$3" ;;
     busybox) echo "Debian's busybox-static is not installed" ;;
+    debian) debian_why_not "$3" ;;
     *) echo "its inputs are missing" ;;
   esac
 }
@@ -176,6 +180,13 @@ cmd_check() {
       out=$(run_image "$archive" "$name" "csi-hostpath-check-$$" sh -c \
         'echo "$(busybox | head -n 1) as $(id -un), $(ls /bin | wc -l) links in /bin"')
       say "check: $name sh: $out" ;;
+    debian)
+      case "$source" in
+        agnhost.*) out=$(run_image "$archive" "$name" "csi-hostpath-check-$$" --help | head -n 1) ;;
+        nginx.*) out=$(run_image "$archive" "$name" "csi-hostpath-check-$$" nginx -t 2>&1) ;;
+        *) out=$(run_image "$archive" "$name" "csi-hostpath-check-$$" 2>&1) ;;
+      esac || die "check: $name failed: $out"
+      say "check: $name: $out" ;;
   esac
 }
 

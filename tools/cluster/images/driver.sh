@@ -38,7 +38,7 @@ driver_build() {
   ensure_base
   version=${ref##*:}
   image=$(build_name "$ref")
-  args=(--isolation chroot --build-arg "BASE_IMAGE=$base_ref" --build-arg "VERSION=$version")
+  args=(--build-arg "BASE_IMAGE=$base_ref" --build-arg "VERSION=$version")
   ca=$(pip_ca)
   if [ -n "$ca" ]; then
     # The bundle reaches the RUN steps as a bind mount over /mnt (empty in Debian), which leaves
@@ -48,11 +48,7 @@ driver_build() {
     args+=(--volume "$scratch:/mnt:ro" --build-arg PIP_CERT=/mnt/ca.crt)
   fi
   say "$ref: buildah bud on $base_ref"
-  scratch driver-build
-  if ! bah bud -q "${args[@]}" -t "$image" -f "$root/Dockerfile" "$root" >"$scratch/bud.log" 2>&1; then
-    tail -n 30 "$scratch/bud.log" >&2
-    die "$ref: buildah bud failed (log above)"
-  fi
+  bud "$ref" "$image" "$root/Dockerfile" "$root" "${args[@]}"
   driver_smoke_buildah "$ref" "$image"
   publish "$ref" "$image" "$archive"
   drop_image "$image"

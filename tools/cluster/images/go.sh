@@ -19,7 +19,7 @@ binary_of() {
 not_built() {
   if [ "${1#/}" != "$1" ]; then echo "$1 is not there"
   elif [ ! -x "$here/build.sh" ]; then echo "tools/cluster/build.sh is not there yet"
-  else echo "its binary is not built (tools/cluster/build.sh all)"; fi
+  else echo "its binary is not built (tools/cluster/build.sh $1)"; fi
 }
 
 # The key is the recipe and the binary's identity (path, size, modification time): hashing every

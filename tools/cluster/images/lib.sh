@@ -134,6 +134,19 @@ cleanup_scratch() {
   for d in "${scratch_dirs[@]}"; do clean_tree "$d"; done
 }
 
+# bud NAME:TAG IMAGE DOCKERFILE CONTEXT [ARG...]: buildah bud into IMAGE, RUN steps with chroot
+# isolation (no network namespace: the steps reach Debian's archive and PyPI as this machine
+# does); its log is shown when it fails.
+bud() {
+  local ref=$1 image=$2 file=$3 context=$4
+  shift 4
+  scratch bud
+  if ! bah bud -q --isolation chroot "$@" -t "$image" -f "$file" "$context" >"$scratch/bud.log" 2>&1; then
+    tail -n 30 "$scratch/bud.log" >&2
+    die "$ref: buildah bud failed (log above)"
+  fi
+}
+
 # drop_image IMAGE: remove an image from buildah's storage once its archive is written.
 drop_image() { bah rmi -f "$1" >/dev/null 2>&1 || true; }
 
