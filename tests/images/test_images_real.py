@@ -52,8 +52,9 @@ def leftovers() -> set[str]:
 def build(name: str, timeout: float = 600) -> None:
     result = images_sh("build", name, timeout=timeout)
     assert result.returncode == 0, result.stderr
+    stored = name if "/" in name else f"docker.io/library/{name}"
     listed = images_sh("list").stdout.splitlines()
-    assert any(line.split()[0] == name for line in listed), (listed, result.stderr)
+    assert any(line.split()[0] == stored for line in listed), (listed, result.stderr)
 
 
 BUSYBOXES = ["busybox:1.37.0", "registry.k8s.io/e2e-test-images/busybox:1.37.0-1"]

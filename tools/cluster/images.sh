@@ -7,8 +7,11 @@
 #                                                    one whose binary is not built yet is skipped,
 #                                                    with a message; exit 1 if a build failed
 #   tools/cluster/images.sh list                     print "NAME:TAG ARCHIVE" for every image
-#                                                    whose current archive exists
-#   tools/cluster/images.sh names                    print every NAME:TAG this script makes
+#                                                    whose current archive exists, NAME as
+#                                                    containerd stores it (a bare name under
+#                                                    docker.io/library/, as the kubelet reads it)
+#   tools/cluster/images.sh names                    print every NAME:TAG this script makes, as
+#                                                    the manifests spell it
 #   tools/cluster/images.sh path NAME:TAG            print where its current archive is (or will
 #                                                    be); exit 1 if its inputs are not there
 #   tools/cluster/images.sh check NAME:TAG [ARG...]  import its archive into a throwaway containerd
@@ -74,7 +77,7 @@ cmd_list() {
   while read -r name recipe source; do
     key=$(key_of "$name" "$recipe" "$source" 2>/dev/null) || continue
     archive=$(archive_path "$name" "$key")
-    [ -f "$archive" ] && echo "$name $archive"
+    [ -f "$archive" ] && echo "$(normalized "$name") $archive"
   done < <(table_rows)
   return 0
 }
