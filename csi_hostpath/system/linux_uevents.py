@@ -35,6 +35,9 @@ def watch_loop_devices(changed: Callable[[str], None]) -> Callable[[], None]:
     try:
         monitor = pyudev.Monitor.from_netlink(pyudev.Context(), source="kernel")
         monitor.filter_by("block")
+        # Subscribed here, not in the observer's thread: the socket hears nothing until it is,
+        # and that thread may start after the caller has already made the change it watches for.
+        monitor.start()
         observer = pyudev.MonitorObserver(monitor, callback=on_event, name="loop-uevents")
         observer.daemon = True
         observer.start()

@@ -1,0 +1,84 @@
+"""Another process attaching and detaching loop devices in a loop, as the other users of a shared
+kernel do (other test runs, other drivers, udev), so a test can show it holds with that going on.
+
+`with loop_churn(): ...` runs the churn in a child process for the block's duration; run alone
+(`python -m tests.loop_churn [SECONDS]`) it churns until killed or for SECONDS. Its devices are
+backed by files in its own temporary directory: on the way out only those are detached.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+BACKING_SIZE = 1 << 20
+
+
+def _detach_backed_under(root: str) -> None:
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        try:
+            path = backing.read_text().rstrip("\n").removesuffix(" (deleted)")
+        except OSError:  # detached meanwhile, by anyone on this kernel
+            continue
+        if path.startswith(root + "/"):
+            device = f"/dev/{backing.parent.parent.name}"
+            subprocess.run(["losetup", "-d", device], capture_output=True, check=False)
+
+
+def churn(root: str) -> None:
+    """Attach and detach, one device at a time, each of two backing files in turn."""
+    files = []
+    for name in ("a", "b"):
+        path = os.path.join(root, name)
+        with open(path, "wb") as f:
+            f.truncate(BACKING_SIZE)
+        files.append(path)
+    try:
+        while True:
+            for path in files:
+                done = subprocess.run(
+                    ["losetup", "--find", "--show", path],
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
+                device = done.stdout.strip()
+                if done.returncode == 0 and device:
+                    subprocess.run(["losetup", "-d", device], capture_output=True, check=False)
+    finally:
+        _detach_backed_under(root)
+
+
+@contextlib.contextmanager
+def loop_churn() -> Iterator[subprocess.Popen[bytes]]:
+    root = os.path.realpath(tempfile.mkdtemp(prefix="csihp-churn-"))
+    child = subprocess.Popen(
+        [sys.executable, "-c", f"from tests.loop_churn import churn; churn({root!r})"],
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    try:
+        yield child
+    finally:
+        child.terminate()
+        try:
+            child.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait(timeout=20)
+        _detach_backed_under(root)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt), loop_churn() as proc:
+        if len(sys.argv) > 1:
+            time.sleep(float(sys.argv[1]))
+        else:
+            proc.wait()
