@@ -69,17 +69,23 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
-def _add_state_args(p: argparse.ArgumentParser) -> None:
+def _add_state_args(p: argparse.ArgumentParser, default: object = None) -> None:
+    """--state-dir and --pool-dir. Only serve has a fixed default; the other commands look for
+    `make run`'s state first (lookup.py). default=SUPPRESS for a subcommand's copy of options
+    its group takes too (`ledger --state-dir DIR list`)."""
     p.add_argument(
         "--state-dir",
         type=Path,
-        default=Path(DEFAULT_STATE_DIR),
-        help=f"directory for the sqlite state (default {DEFAULT_STATE_DIR})",
+        default=default,
+        help=f"directory for the sqlite state (default {DEFAULT_STATE_DIR})"
+        if default
+        else "directory for the sqlite state (default `make run`'s RUN_DIR/state when there is "
+        f"one here or above, else {DEFAULT_STATE_DIR})",
     )
     p.add_argument(
         "--pool-dir",
         type=Path,
-        default=None,
+        default=argparse.SUPPRESS if default is argparse.SUPPRESS else None,
         help="directory holding the backing files (default STATE_DIR/pool)",
     )
 
@@ -187,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--node-id", default=socket.gethostname(), help="this node's ID (default: the hostname)"
     )
-    _add_state_args(serve)
+    _add_state_args(serve, Path(DEFAULT_STATE_DIR))
     serve.add_argument(
         "--pool-scope",
         choices=[s.value for s in PoolScope],
@@ -247,18 +253,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_state_command(sub)
 
     ledger = sub.add_parser("ledger", help="read or override the publish ledger")
+    _add_state_args(ledger)
     lsub = ledger.add_subparsers(dest="ledger_command", required=True)
     lst = lsub.add_parser("list", help="who holds which volume")
-    _add_state_args(lst)
-    lst.add_argument("--volume", default="")
+    _add_state_args(lst, argparse.SUPPRESS)
+    lst.add_argument("--volume", default="", help="a volume ID, or its name")
     audit = lsub.add_parser("audit", help="the audit trail: publishes, force-detaches, fences")
-    _add_state_args(audit)
-    audit.add_argument("--volume", default="")
+    _add_state_args(audit, argparse.SUPPRESS)
+    audit.add_argument("--volume", default="", help="a volume ID, or its name")
     force = lsub.add_parser(
         "force-detach",
         help="revoke a node's hold on a volume when that node is gone for good",
     )
-    _add_state_args(force)
+    _add_state_args(force, argparse.SUPPRESS)
     force.add_argument("volume")
     force.add_argument("--node", required=True, help="the node whose hold is revoked")
     force.add_argument("--reason", required=True, help="why; recorded in the audit trail")
@@ -344,7 +351,11 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    from csi_hostpath.volume_cli.args import join_negative_sizes
+
+    args = build_parser().parse_args(
+        join_negative_sizes(list(sys.argv[1:] if argv is None else argv))
+    )
     if args.command == "serve":
         setup_logging(args.log_level, args.log_format)
         try:
@@ -392,7 +403,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from csi_hostpath.run_dir import run as run_dir_run
         from csi_hostpath.volume_cli.args import run_dir_from
 
-        return run_dir_run(args, run_dir_from(args.run_dir))
+        return run_dir_run(args, run_dir_from(args.run_dir)[0])
     if args.command == "state":
         from csi_hostpath.state_cmd import rebuild
 
@@ -401,7 +412,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dirs(args: argparse.Namespace) -> tuple[Path, Path]:
-    state_dir = Path(args.state_dir).absolute()
+    from csi_hostpath.lookup import state_dir as find_state_dir
+
+    state_dir = find_state_dir(args.state_dir, DEFAULT_STATE_DIR)
     return state_dir, Path(args.pool_dir).absolute() if args.pool_dir else state_dir / "pool"
 
 
@@ -423,29 +436,29 @@ def demo_main(args: argparse.Namespace) -> int:
 
 def inspect_main(args: argparse.Namespace) -> int:
     from csi_hostpath.demo import render_phases
+    from csi_hostpath.lookup import existing_volume, no_state, not_found
     from csi_hostpath.service.inspect import as_json, inspect_volume
     from csi_hostpath.store.db import Store
     from csi_hostpath.store.pool import PoolLayout
 
     state_dir, pool_dir = _dirs(args)
     if not (state_dir / "state.db").exists():
-        print(
-            f"csi-hostpath: no driver state in {state_dir} (is --state-dir right?)", file=sys.stderr
-        )
+        print(no_state(state_dir), file=sys.stderr)
         return 2
     store = Store(state_dir / "state.db")
+    layout = PoolLayout(pool_dir)
     try:
+        volume_id = existing_volume(store, layout, state_dir, args.volume)
+        if volume_id is None:
+            print(not_found(args.volume, state_dir), file=sys.stderr)
+            return 3
         phases = inspect_volume(
-            store,
-            PoolLayout(pool_dir),
-            args.volume,
-            args.node_grace,
-            lost_after=args.node_lost_after,
+            store, layout, volume_id, args.node_grace, lost_after=args.node_lost_after
         )
     finally:
         store.close()
     if args.json:
-        print(json.dumps({"volume": args.volume, "phases": as_json(phases)}, indent=2))
+        print(json.dumps({"volume": volume_id, "phases": as_json(phases)}, indent=2))
     else:
         print(render_phases(phases))
     return 0
@@ -474,20 +487,26 @@ def ledger_main(args: argparse.Namespace) -> int:
     from csi_hostpath.core.errors import DriverError
     from csi_hostpath.core.ledger import decide_force_detach
     from csi_hostpath.core.model import Publication
+    from csi_hostpath.lookup import no_state, not_found, volume_id
     from csi_hostpath.service.controller import import_node_events, sync_lease
     from csi_hostpath.store.db import Store
     from csi_hostpath.store.pool import PoolLayout
 
-    state_dir = Path(args.state_dir).absolute()
+    state_dir, pool_dir = _dirs(args)
     db_path = state_dir / "state.db"
     if not db_path.exists():
-        print(
-            f"csi-hostpath: no driver state in {state_dir} (is --state-dir right?)", file=sys.stderr
-        )
+        print(no_state(state_dir), file=sys.stderr)
         return 2
-    layout = PoolLayout(Path(args.pool_dir).absolute() if args.pool_dir else state_dir / "pool")
+    layout = PoolLayout(pool_dir)
     store = Store(db_path)
     try:
+        volume = getattr(args, "volume", "")
+        if volume:
+            found = volume_id(store, state_dir, volume)
+            if found is None:
+                print(not_found(volume, state_dir), file=sys.stderr)
+                return 3
+            args.volume = found
         if args.ledger_command == "list":
             rows = []
             for p in store.publications(volume_id=args.volume):

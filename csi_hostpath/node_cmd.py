@@ -25,6 +25,7 @@ from typing import Any
 
 from csi_hostpath.config import DEFAULT_DRIVER_NAME
 from csi_hostpath.core.nodeloss import DEFAULT_LOST_AFTER
+from csi_hostpath.lookup import no_state
 from csi_hostpath.service.nodeloss import forget_node, forgotten_nodes, lost_volumes
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout
@@ -64,9 +65,7 @@ def run(args: argparse.Namespace, dirs: Callable[[argparse.Namespace], tuple[Pat
         return subprocess.run(["bash", "-c", script], env=env, check=False).returncode
     state_dir, pool_dir = dirs(args)
     if not (state_dir / "state.db").exists():
-        print(
-            f"csi-hostpath: no driver state in {state_dir} (is --state-dir right?)", file=sys.stderr
-        )
+        print(no_state(state_dir), file=sys.stderr)
         return 2
     layout = PoolLayout(pool_dir)
     store = Store(state_dir / "state.db")

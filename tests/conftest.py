@@ -264,3 +264,19 @@ def layered_driver(request: pytest.FixtureRequest, workdir: Path) -> Iterator[Cl
         workdir, "drv", system=lambda pool: fake_system(pool, kernel=kernel), kernel=kernel
     ) as client:
         yield client
+
+
+@pytest.fixture
+def cli(spawn: Any, workdir: Path) -> Iterator[Any]:
+    """`csi-hostpath volume` as a shell session runs it (tests/volume_cli_runner.py), against a
+    real driver process found through $CSI_HOSTPATH_ENDPOINT, records in WORKDIR/run."""
+    from tests.volume_cli_runner import Cli
+
+    spawn("drv")
+    root = workdir / "session"
+    root.mkdir()
+    env = dict(os.environ)
+    env["CSI_HOSTPATH_ENDPOINT"] = f"unix://{workdir}/drv.sock"
+    env["CSI_HOSTPATH_RUN_DIR"] = str(workdir / "run")
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    yield Cli(root, env)

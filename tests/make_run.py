@@ -8,10 +8,14 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+
+from tests.volume_cli_runner import Cli
 
 REPO = Path(__file__).resolve().parents[1]
 STOP_TIMEOUT = 60.0
@@ -99,3 +103,21 @@ def make_in(copy: Path, target: str, *variables: str) -> subprocess.CompletedPro
         timeout=300,
         check=False,
     )
+
+
+@contextmanager
+def make_run_session(
+    run_dir: Path, cwd: Path, log: Path, *, run_dir_env: bool
+) -> Iterator[tuple[Cli, MakeRun]]:
+    """A shell in cwd beside `make run RUN_DIR=run_dir` (not started yet): no variable says where
+    the driver is, unless run_dir_env sets $CSI_HOSTPATH_RUN_DIR. make is stopped afterwards."""
+    drop = ("CSI_HOSTPATH_ENDPOINT", "CSI_HOSTPATH_RUN_DIR")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    if run_dir_env:
+        env["CSI_HOSTPATH_RUN_DIR"] = str(run_dir)
+    env["PYTHONPATH"] = str(REPO)
+    runner = MakeRun(run_dir, log)
+    try:
+        yield Cli(cwd, env), runner
+    finally:
+        runner.kill()

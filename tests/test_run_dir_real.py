@@ -4,7 +4,6 @@ mounted, and the driver's stop says what is still mounted."""
 
 from __future__ import annotations
 
-import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.kernel import loops_backed_under, mounts_under, released_after_teardown
-from tests.make_run import MakeRun, checkout_copy, make_in
+from tests.make_run import MakeRun, checkout_copy, make_in, make_run_session
 from tests.volume_cli_runner import Cli
 
 pytestmark = pytest.mark.real
@@ -20,17 +19,11 @@ pytestmark = pytest.mark.real
 
 @pytest.fixture
 def session(workdir: Path) -> Iterator[tuple[Cli, MakeRun]]:
-    run_dir = workdir / ".run"
     root = workdir / "session"
     root.mkdir()
-    env = {**os.environ, "CSI_HOSTPATH_RUN_DIR": str(run_dir)}
-    env.pop("CSI_HOSTPATH_ENDPOINT", None)
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
-    runner = MakeRun(run_dir, workdir / "make-run.log")
-    try:
-        yield Cli(root, env), runner
-    finally:
-        runner.kill()
+    log = workdir / "make-run.log"
+    with make_run_session(workdir / ".run", root, log, run_dir_env=True) as both:
+        yield both
 
 
 def test_make_clean_keeps_the_volumes_and_clean_volumes_waits_for_the_unmount(

@@ -5,13 +5,10 @@ a subprocess, as a person would run it, so a traceback anywhere would show."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,18 +19,6 @@ from tests.volume_cli_runner import Cli
 
 pytestmark = pytest.mark.real
 MiB = h.MiB
-
-
-@pytest.fixture
-def cli(spawn: Any, workdir: Path) -> Iterator[Cli]:
-    spawn("drv")
-    root = workdir / "session"
-    root.mkdir()
-    env = dict(os.environ)
-    env["CSI_HOSTPATH_ENDPOINT"] = f"unix://{workdir}/drv.sock"
-    env["CSI_HOSTPATH_RUN_DIR"] = str(workdir / "run")
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
-    yield Cli(root, env)
 
 
 def df_bytes(path: Path) -> int:

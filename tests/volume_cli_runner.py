@@ -33,8 +33,12 @@ class Cli:
     env: dict[str, str]
 
     def __call__(self, *args: str, cwd: Path | None = None, ok: bool = True) -> Result:
+        return self.command("volume", *args, cwd=cwd, ok=ok)
+
+    def command(self, *args: str, cwd: Path | None = None, ok: bool = True) -> Result:
+        """Any csi-hostpath command (`inspect`, `ledger ...`), in the same environment."""
         proc = subprocess.run(
-            [sys.executable, "-m", "csi_hostpath", "volume", *args],
+            [sys.executable, "-m", "csi_hostpath", *args],
             capture_output=True,
             text=True,
             env=self.env,

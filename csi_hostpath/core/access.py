@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from csi_hostpath.core.errors import CapacityOutOfRange, InvalidRequest, Unsupported
 from csi_hostpath.core.model import AccessMode, AccessType, Capability
+from csi_hostpath.core.quantity import describe_bytes
 
 SUPPORTED_FS_TYPES = ("ext4", "xfs")
 DEFAULT_FS_TYPE = "ext4"
@@ -145,10 +146,11 @@ def round_capacity(required: int, limit: int, fs_type: str, max_volume_size: int
         if size < max(required, minimum):
             raise CapacityOutOfRange(
                 f"the capacity range [{required}, {limit}] can't hold a {fs_type or 'block'} "
-                f"volume: the minimum is {minimum} bytes"
+                f"volume: the minimum is {describe_bytes(minimum)}"
             )
     if max_volume_size and size > max_volume_size:
         raise CapacityOutOfRange(
-            f"{size} bytes exceeds this driver's --max-volume-size of {max_volume_size} bytes"
+            f"{describe_bytes(size)} exceeds this driver's --max-volume-size of "
+            f"{describe_bytes(max_volume_size)}"
         )
     return size

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from csi_hostpath.core.errors import DriverError, NoCapacity
+from csi_hostpath.core.quantity import describe_bytes
 
 POOL_RESERVE_BYTES = 8 << 20
 
@@ -21,8 +22,9 @@ POOL_RESERVE_BYTES = 8 << 20
 def refuse_below_reserve(free_bytes: int, action: str, reserve: int = POOL_RESERVE_BYTES) -> None:
     if free_bytes < reserve:
         raise NoCapacity(
-            f"the pool has {free_bytes} bytes free, below the {reserve} bytes kept so teardown "
-            f"always has room; {action} is refused. Delete volumes or snapshots, or grow the pool"
+            f"the pool has {describe_bytes(max(free_bytes, 0))} free, below the "
+            f"{describe_bytes(reserve)} kept so teardown always has room; {action} is refused. "
+            "Delete volumes or snapshots, or grow the pool"
         )
 
 
@@ -75,7 +77,7 @@ def refuse_unpromisable(
 ) -> None:
     if size_bytes > available:
         raise refused(
-            f"the pool can promise {available} more bytes (free space, minus what existing thin "
-            f"volumes may still grow into, times --overcommit-ratio {ratio:g}); "
-            f"{size_bytes} bytes were asked for"
+            f"the pool can promise {describe_bytes(available)} more (free space, minus what "
+            f"existing thin volumes may still grow into, times --overcommit-ratio {ratio:g}); "
+            f"{describe_bytes(size_bytes)} was asked for"
         )

@@ -75,3 +75,24 @@ def parse_bytes(text: str) -> int:
     if size > MAX_BYTES:
         raise QuantityError(f"{text!r} is larger than the largest size ({MAX_BYTES} bytes)")
     return size
+
+
+_UNITS = (("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10))
+
+
+def format_bytes(n: int) -> str:
+    """The largest binary unit that keeps the figure >= 1, one decimal unless whole: 1.5Gi."""
+    for unit, shift in _UNITS:
+        if n >= 1 << shift:
+            value = n / (1 << shift)
+            return f"{value:.0f}{unit}" if value == int(value) else f"{value:.1f}{unit}"
+    return f"{n}B"
+
+
+def describe_bytes(n: int) -> str:
+    """A size for a message: the short figure, and the exact count when the figure rounds it:
+    "1Gi", "953.7Mi (1000000000 bytes)", "512 bytes"."""
+    if n < 1 << 10:
+        return f"{n} byte{'' if n == 1 else 's'}"
+    short = format_bytes(n)
+    return short if parse_bytes(short) == n else f"{short} ({n} bytes)"

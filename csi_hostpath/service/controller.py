@@ -37,6 +37,7 @@ from csi_hostpath.core.errors import (
 )
 from csi_hostpath.core.model import Capability, ContentSource, Publication, Snapshot, Volume
 from csi_hostpath.core.naming import is_snapshot_id, is_volume_id, new_snapshot_id, new_volume_id
+from csi_hostpath.core.quantity import describe_bytes
 from csi_hostpath.service.guard import InFlight
 from csi_hostpath.service.nodeloss import loss_of, release_lost
 from csi_hostpath.service.placement import (
@@ -134,10 +135,18 @@ class ControllerService:
             source_file: Path | None = None
             if content_source is not None:
                 source_file, source_size = self._content_source(content_source, fs_type)
+                # CSI's OUT_OF_RANGE example: "a volume smaller than the source snapshot".
                 if limit_bytes and limit_bytes < source_size:
                     raise CapacityOutOfRange(
-                        f"the source holds {source_size} bytes, more than limit_bytes "
-                        f"{limit_bytes}: a volume can't be restored into less than its source"
+                        f"the source holds {describe_bytes(source_size)}, more than limit_bytes "
+                        f"{describe_bytes(limit_bytes)}: a volume can't be restored into less "
+                        "than its source"
+                    )
+                if required_bytes and size < source_size:
+                    raise CapacityOutOfRange(
+                        f"the source holds {describe_bytes(source_size)}, more than the "
+                        f"{describe_bytes(size)} asked for: a volume can't be restored into "
+                        "less than its source; ask for at least its size, or for none"
                     )
                 # With no size asked for, a restore or clone is as large as its source.
                 size = max(size, source_size) if required_bytes else source_size
@@ -167,7 +176,7 @@ class ControllerService:
                     stamp()
                     raced = self.store.insert_volume_unless_named(volume)
             except NoSpace as e:
-                raise NoCapacity(f"the pool has no room for {size} bytes: {e}") from e
+                raise NoCapacity(f"the pool has no room for {describe_bytes(size)}: {e}") from e
             if raced is not None:  # another process won the name between our check and insert
                 discard(self.system.pool, path)
                 return self.created(raced)

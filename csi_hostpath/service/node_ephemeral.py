@@ -102,8 +102,9 @@ class InlineVolumes:
         free = self.system.pool.free_bytes() - POOL_RESERVE_BYTES
         if size > free:
             raise NoCapacity(
-                f"an inline volume of {size} bytes can't fit in the pool: {max(free, 0)} bytes "
-                f"free beyond the {POOL_RESERVE_BYTES} bytes kept for teardown"
+                f"an inline volume of {quantity.describe_bytes(size)} can't fit in the pool: "
+                f"{quantity.describe_bytes(max(free, 0))} free beyond the "
+                f"{quantity.describe_bytes(POOL_RESERVE_BYTES)} kept for teardown"
             )
         with self.inflight.hold(volume_id, "NodePublishVolume (ephemeral)"):
             self.ephemeral_dir.mkdir(parents=True, exist_ok=True)

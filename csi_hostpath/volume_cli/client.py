@@ -23,36 +23,47 @@ CONNECT_TIMEOUT = 5.0
 
 
 class Driver:
-    def __init__(self, endpoint: str) -> None:
+    def __init__(self, endpoint: str, guessed: bool = False) -> None:
         self.endpoint = endpoint
+        self.guessed = guessed  # the endpoint is ./.run's: nothing said where the driver is
         self._check_socket()
         self.channel = grpc.insecure_channel(endpoint)
         try:
             grpc.channel_ready_future(self.channel).result(timeout=CONNECT_TIMEOUT)
         except grpc.FutureTimeoutError:
             self.channel.close()
-            raise self._not_running("nothing answers on it") from None
+            raise self._not_running(
+                "the socket is there, but nothing answers on it",
+                "the driver that served it has stopped: start it again with `make run`, or "
+                "point --endpoint at the socket a running driver serves",
+            ) from None
         self.identity = pb_grpc.IdentityStub(self.channel)
         self.controller = pb_grpc.ControllerStub(self.channel)
         self.node = pb_grpc.NodeStub(self.channel)
         self._node_id = ""
         self._snmw: bool | None = None
 
-    def _not_running(self, why: str) -> CliError:
-        return CliError(
-            NO_DRIVER,
-            f"no driver at {self.endpoint}: {why}",
-            "start it with `make run` in another terminal, or point --endpoint (or "
-            "$CSI_HOSTPATH_ENDPOINT) at the socket the driver serves",
-            "UNAVAILABLE",
-        )
+    def _not_running(self, why: str, next_step: str) -> CliError:
+        return CliError(NO_DRIVER, f"no driver at {self.endpoint}: {why}", next_step, "UNAVAILABLE")
 
     def _check_socket(self) -> None:
         if not self.endpoint.startswith("unix://"):
             return
         path = self.endpoint.removeprefix("unix://")
-        if not os.path.exists(path):
-            raise self._not_running(f"{path} does not exist")
+        if os.path.exists(path):
+            return
+        if self.guessed:
+            raise self._not_running(
+                f"{path} does not exist, and no .run of `make run` is here or above",
+                "run this in the checkout where `make run` serves (or below it), or say where: "
+                "--run-dir DIR or --endpoint unix:///path/csi.sock; no driver yet? start one "
+                "with `make run`",
+            )
+        raise self._not_running(
+            f"{path} does not exist",
+            "start the driver with `make run` in another terminal, or point --endpoint (or "
+            "$CSI_HOSTPATH_ENDPOINT) at the socket it serves",
+        )
 
     def close(self) -> None:
         self.channel.close()

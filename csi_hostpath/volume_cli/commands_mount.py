@@ -7,6 +7,7 @@ MountDevice) → NodePublishVolume (kubelet csi_mounter.go SetUpAt); unmount = N
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
@@ -17,7 +18,7 @@ from csi_hostpath.system.holders import holders_of_path
 from csi_hostpath.volume_cli.client import capability
 from csi_hostpath.volume_cli.commands_volume import release
 from csi_hostpath.volume_cli.context import Context, absolute, volume_named
-from csi_hostpath.volume_cli.errors import BUSY, EXISTS, NOT_FOUND, CliError
+from csi_hostpath.volume_cli.errors import BUSY, EXISTS, FAILED, NOT_FOUND, CliError
 from csi_hostpath.volume_cli.kernel import loop_volume, mount_source
 from csi_hostpath.volume_cli.records import MountRecord, Records, VolumeRecord
 
@@ -64,11 +65,12 @@ def mount(ctx: Context, args: argparse.Namespace) -> int:
         driver = ctx.driver
         cap = capability(vol.fs, vol.mode, driver.single_node_multi_writer())
         readonly = args.read_only or vol.mode == "rox"
+        record = _before_publish(path, readonly)
         staged_now = False
-        if not vol.staging_path:
-            _stage(ctx, vol, cap)
-            staged_now = True
         try:
+            if not vol.staging_path:
+                _stage(ctx, vol, cap)
+                staged_now = True
             driver.call(
                 driver.node.NodePublishVolume,
                 pb.NodePublishVolumeRequest(
@@ -87,16 +89,60 @@ def mount(ctx: Context, args: argparse.Namespace) -> int:
                 # Leave nothing behind: this call staged it, so this call unstages it.
                 with suppress(CliError):
                     release(ctx, vol)
+            _after_unpublish(record, vol.fs)
             raise
-        record = MountRecord(path=path, readonly=readonly)
         vol.mounts.append(record)
     kind = "a block device" if vol.fs == "block" else f"{vol.fs}, {'ro' if readonly else 'rw'}"
     ctx.out.result(
         _result(vol, record, vol.staging_path),
-        f"mounted {vol.name} at {path} ({kind})\n"
-        f"next: csi-hostpath volume unmount {path}",
+        f"mounted {vol.name} at {path} ({kind})\nnext: csi-hostpath volume unmount {path}",
     )
     return 0
+
+
+def _before_publish(path: str, readonly: bool) -> MountRecord:
+    """Make PATH's missing parents, as the kubelet makes a target's parent (the driver makes the
+    target itself), and note what was there before."""
+    missing = []
+    parent = os.path.dirname(path)
+    while not os.path.lexists(parent):
+        missing.append(parent)
+        parent = os.path.dirname(parent)
+    record = MountRecord(path=path, readonly=readonly, made_dirs=missing[::-1])
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        record.target_existed = True
+        record.target_mode, record.target_uid, record.target_gid = st.st_mode, st.st_uid, st.st_gid
+    for directory in record.made_dirs:
+        try:
+            os.mkdir(directory)
+        except OSError as e:
+            _after_unpublish(record, "")
+            raise CliError(
+                FAILED, f"can't make {directory}: {e.strerror}", "pick another path"
+            ) from e
+    return record
+
+
+def _after_unpublish(m: MountRecord, fs: str) -> None:
+    """Undo what mount made and no more: the user's own empty PATH comes back as it was (the
+    driver removes a target it finds empty), the parents mount made go if they are empty."""
+    if m.target_existed and not os.path.lexists(m.path):
+        with suppress(OSError):
+            if fs == "block":
+                os.close(os.open(m.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            else:
+                os.mkdir(m.path)
+            os.chown(m.path, m.target_uid, m.target_gid)
+            os.chmod(m.path, m.target_mode & 0o7777)
+    for directory in reversed(m.made_dirs):
+        try:
+            os.rmdir(directory)
+        except OSError:
+            break  # not empty: something else lives there now
 
 
 def _stage(ctx: Context, vol: VolumeRecord, cap: pb.VolumeCapability) -> None:
@@ -195,6 +241,7 @@ def unmount(ctx: Context, args: argparse.Namespace) -> int:
                     e.next_step = "stop those processes (or cd out of the path), then unmount again"
             raise
         vol.mounts.remove(m)
+        _after_unpublish(m, vol.fs)
         unstaged = False
         if not vol.mounts and vol.staging_path:
             staging = vol.staging_path

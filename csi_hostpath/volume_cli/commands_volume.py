@@ -9,19 +9,20 @@ import os
 from contextlib import suppress
 
 from csi_hostpath._pb import csi_pb2 as pb
+from csi_hostpath.core.access import MIN_SIZE, MiB
 from csi_hostpath.volume_cli.client import capability
 from csi_hostpath.volume_cli.context import Context, volume_named
 from csi_hostpath.volume_cli.copywatch import CopyWatch
 from csi_hostpath.volume_cli.errors import BUSY, EXISTS, NOT_FOUND, USAGE, CliError
 from csi_hostpath.volume_cli.output import volume_json
-from csi_hostpath.volume_cli.quantity import format_bytes
+from csi_hostpath.volume_cli.quantity import describe_bytes, format_bytes
 from csi_hostpath.volume_cli.records import Records, VolumeRecord
 
 
 def _source(
     records: Records, args: argparse.Namespace
-) -> tuple[pb.VolumeContentSource | None, str, str]:
-    """(the content source, how the record names it, the source's fs) for --from-*."""
+) -> tuple[pb.VolumeContentSource | None, str, str, int]:
+    """(the content source, how the record names it, the source's fs, its size) for --from-*."""
     if args.from_snapshot:
         snap = records.snapshots.get(args.from_snapshot)
         if snap is None:
@@ -33,14 +34,28 @@ def _source(
         src = pb.VolumeContentSource(
             snapshot=pb.VolumeContentSource.SnapshotSource(snapshot_id=snap.snapshot_id)
         )
-        return src, f"snapshot:{snap.name}", snap.fs
+        return src, f"snapshot:{snap.name}", snap.fs, snap.size_bytes
     if args.from_volume:
         vol = volume_named(records, args.from_volume)
         src = pb.VolumeContentSource(
             volume=pb.VolumeContentSource.VolumeSource(volume_id=vol.volume_id)
         )
-        return src, f"volume:{vol.name}", vol.fs
-    return None, "", ""
+        return src, f"volume:{vol.name}", vol.fs, vol.capacity_bytes
+    return None, "", "", 0
+
+
+def _rounded(asked: int, got: int, fs: str) -> str:
+    """Why the driver made the volume larger than asked (core/access.py round_capacity), or ""."""
+    if not asked or got <= asked:
+        return ""
+    minimum = MIN_SIZE.get("" if fs == "block" else fs, MiB)
+    if got == minimum:
+        why = f"the smallest {fs} volume the driver makes"
+    elif got == -(-asked // MiB) * MiB:
+        why = "a volume is a whole number of MiB"
+    else:
+        why = "the driver's rounding"
+    return f"asked for {describe_bytes(asked)}: rounded up to {format_bytes(got)}, {why}"
 
 
 def create(ctx: Context, args: argparse.Namespace) -> int:
@@ -52,13 +67,23 @@ def create(ctx: Context, args: argparse.Namespace) -> int:
                 f"a {kind} named {args.name!r} exists already",
                 f"pick another name, or `csi-hostpath volume delete {args.name}` first",
             )
-        source, source_name, source_fs = _source(records, args)
+        source, source_name, source_fs, source_size = _source(records, args)
         fs = args.fs or source_fs or "ext4"
         if source_fs and fs != source_fs:
             raise CliError(
                 USAGE,
                 f"the source holds {source_fs}, not {fs}",
                 f"leave out --fs (or pass --fs {source_fs})",
+            )
+        if args.mode == "rox" and source is None and fs != "block":
+            # Read-only on every node, so nothing could ever format it or write to it.
+            raise CliError(
+                USAGE,
+                f"a blank {fs} volume can't be rox: it is read-only everywhere, so no mount "
+                "could ever make its filesystem",
+                f"make it from content: `csi-hostpath volume create {args.name} --mode rox "
+                "--from-snapshot SNAP` (or --from-volume VOLUME) of a volume that was mounted "
+                "and written, or leave out --mode rox",
             )
         driver = ctx.driver
         cap = capability(fs, args.mode, driver.single_node_multi_writer())
@@ -86,6 +111,13 @@ def create(ctx: Context, args: argparse.Namespace) -> int:
                 volume = driver.call_waiting(
                     driver.controller.CreateVolume, request, what, progress.tick
                 ).volume
+            except CliError as e:
+                if e.grpc_code == "OUT_OF_RANGE" and args.size and args.size < source_size:
+                    e.next_step = (
+                        f"ask for at least {format_bytes(source_size)}, the size of {from_name}, "
+                        "or leave out --size"
+                    )
+                raise
             finally:
                 progress.done()
         else:
@@ -101,11 +133,16 @@ def create(ctx: Context, args: argparse.Namespace) -> int:
         )
         records.volumes[args.name] = record
     origin = f" from {source_name.replace(':', ' ')}" if source_name else ""
-    ctx.out.result(
-        volume_json(record),
+    rounded = _rounded(args.size or 0, record.capacity_bytes, fs)
+    if rounded and ctx.out.as_json:
+        ctx.out.note(rounded)  # stderr: stdout holds the document alone
+    lines = [
         f"created {args.name}: {format_bytes(record.capacity_bytes)} {fs}{origin} "
-        f"({record.volume_id})\nnext: csi-hostpath volume mount {args.name} ./{args.name}",
-    )
+        f"({record.volume_id})",
+        *([rounded] if rounded else []),
+        f"next: csi-hostpath volume mount {args.name} ./{args.name}",
+    ]
+    ctx.out.result(volume_json(record), "\n".join(lines))
     return 0
 
 
@@ -113,6 +150,31 @@ def expand(ctx: Context, args: argparse.Namespace) -> int:
     with ctx.records.locked() as records:
         vol = volume_named(records, args.name)
         driver = ctx.driver
+        current = driver.call(
+            driver.controller.ControllerGetVolume,
+            pb.ControllerGetVolumeRequest(volume_id=vol.volume_id),
+            "ControllerGetVolume",
+        ).volume.capacity_bytes
+        vol.capacity_bytes = current
+        if args.size < current:
+            raise CliError(
+                USAGE,
+                f"{vol.name} is {format_bytes(current)}, more than the {describe_bytes(args.size)} "
+                "asked for: a volume only grows",
+                f"ask for more than {format_bytes(current)}; for a smaller volume, create one "
+                "and copy the data over",
+            )
+        if args.size == current:
+            ctx.out.result(
+                {
+                    "volume": vol.name,
+                    "volume_id": vol.volume_id,
+                    "capacity_bytes": current,
+                    "filesystem": "not-needed",
+                },
+                f"{vol.name} is {format_bytes(current)} already; nothing to do",
+            )
+            return 0
         cap = capability(vol.fs, vol.mode, driver.single_node_multi_writer())
         wanted = pb.CapacityRange(required_bytes=args.size)
         answer = driver.call(
@@ -186,10 +248,12 @@ def delete(ctx: Context, args: argparse.Namespace) -> int:
         else:
             vol = volume_named(records, args.name)
             if vol.mounts:
+                paths = [m.path for m in vol.mounts]
                 raise CliError(
                     BUSY,
-                    f"volume {vol.name} is mounted at {', '.join(m.path for m in vol.mounts)}",
-                    f"`csi-hostpath volume unmount {vol.mounts[0].path}` first",
+                    f"volume {vol.name} is mounted at {', '.join(paths)}",
+                    "unmount it first: "
+                    + "; ".join(f"`csi-hostpath volume unmount {p}`" for p in paths),
                 )
             driver = ctx.driver
             if vol.staging_path:

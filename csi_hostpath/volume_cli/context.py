@@ -10,9 +10,7 @@ from csi_hostpath.volume_cli.args import Places
 from csi_hostpath.volume_cli.client import Driver
 from csi_hostpath.volume_cli.errors import NOT_FOUND, CliError
 from csi_hostpath.volume_cli.output import Output
-from csi_hostpath.volume_cli.records import Records, RecordsFile, VolumeRecord
-
-CSI_NAME_PREFIX = "volcli-"
+from csi_hostpath.volume_cli.records import CSI_NAME_PREFIX, Records, RecordsFile, VolumeRecord
 
 
 @dataclass
@@ -28,7 +26,7 @@ class Context:
     @property
     def driver(self) -> Driver:
         if self._driver is None:
-            self._driver = Driver(self.places.endpoint)
+            self._driver = Driver(self.places.endpoint, self.places.guessed)
         return self._driver
 
     def close(self) -> None:

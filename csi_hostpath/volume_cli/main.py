@@ -8,12 +8,12 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
-from csi_hostpath.volume_cli.args import places
+from csi_hostpath.volume_cli.args import EndpointError, places
 from csi_hostpath.volume_cli.commands_info import list_snapshots, list_volumes, snapshot
 from csi_hostpath.volume_cli.commands_mount import mount, unmount
 from csi_hostpath.volume_cli.commands_volume import create, delete, expand
 from csi_hostpath.volume_cli.context import Context
-from csi_hostpath.volume_cli.errors import FAILED, CliError
+from csi_hostpath.volume_cli.errors import FAILED, USAGE, CliError
 from csi_hostpath.volume_cli.output import Output
 from csi_hostpath.volume_cli.records import RecordsError
 
@@ -32,7 +32,11 @@ COMMANDS: dict[str, Callable[[Context, argparse.Namespace], int]] = {
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Run one parsed `volume` command; every failure becomes a message and an exit code."""
     output = Output(args.volume_command, args.json, out or sys.stdout, err or sys.stderr)
-    ctx = Context(places(args), output)
+    try:
+        ctx = Context(places(args), output)
+    except EndpointError as e:
+        output.error(CliError(USAGE, str(e)))
+        return USAGE
     try:
         return COMMANDS[args.volume_command](ctx, args)
     except CliError as e:

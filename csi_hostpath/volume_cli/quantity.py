@@ -1,27 +1,37 @@
 """Sizes on the command line: Kubernetes quantities (core/quantity.py parses them: "1Gi",
-"500M", "1.5Gi", "1e9"), more than 0 bytes; and bytes back to a short figure for people."""
+"500M", "1.5Gi", "1e9"), a whole number of bytes more than 0; and bytes back to a short figure
+for people."""
 
 from __future__ import annotations
 
-from csi_hostpath.core.quantity import QuantityError, parse_bytes
+from csi_hostpath.core import quantity
+from csi_hostpath.core.quantity import QuantityError, describe_bytes, parse_bytes, parse_quantity
 
-__all__ = ["QuantityError", "format_bytes", "parse_size"]
+__all__ = ["QuantityError", "describe_bytes", "format_bytes", "parse_size"]
 
 
 def parse_size(text: str) -> int:
-    """Bytes for a quantity; raises QuantityError with an example of what is accepted."""
-    size = parse_bytes(text.strip())
+    """Bytes for a quantity; raises QuantityError with an example of what is accepted. A
+    fraction of a byte is refused rather than rounded: it is nearly always a unit mistyped
+    ("100m" is a tenth of a byte: m is milli)."""
+    text = text.strip()
+    exact = parse_quantity(text)
+    if exact > 0 and exact.denominator != 1:
+        number = text.removesuffix("m")
+        hint = (
+            f"; did you mean {number}Mi? (m is milli, a thousandth; Mi is mebibytes, M megabytes)"
+            if text.endswith("m")
+            else "; give whole bytes, or a unit: 512Mi, 1.5Gi"
+        )
+        raise QuantityError(
+            f"{text[:40]!r} is {float(exact):g} bytes, not a whole number of bytes{hint}"
+        )
+    size = parse_bytes(text)
     if size <= 0:
         raise QuantityError(f"{text[:40]!r}: a size must be more than 0 bytes, like 512Mi or 1Gi")
     return size
 
 
 def format_bytes(n: int | None) -> str:
-    """The largest binary unit that keeps the figure >= 1, one decimal unless whole."""
-    if n is None:
-        return "-"
-    for unit, shift in (("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)):
-        if n >= 1 << shift:
-            value = n / (1 << shift)
-            return f"{value:.0f}{unit}" if value == int(value) else f"{value:.1f}{unit}"
-    return f"{n}B"
+    """core/quantity.py's short figure; "-" for an unknown size."""
+    return "-" if n is None else quantity.format_bytes(n)

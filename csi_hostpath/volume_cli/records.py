@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 RECORDS_VERSION = 1
+# A volume's CSI name is this and the name a person gave: the idempotency key of CreateVolume.
+CSI_NAME_PREFIX = "volcli-"
 
 
 @dataclass
@@ -26,6 +28,14 @@ class MountRecord:
     path: str
     readonly: bool
     mounted_at: float = field(default_factory=time.time)
+    # What `mount` made, so that `unmount` removes that and no more: the parent directories it
+    # created (outermost first), and whether PATH was there before (the driver removes the
+    # target it finds empty; one the user made is put back as it was).
+    made_dirs: list[str] = field(default_factory=list)
+    target_existed: bool = False
+    target_mode: int = 0
+    target_uid: int = -1
+    target_gid: int = -1
 
 
 @dataclass

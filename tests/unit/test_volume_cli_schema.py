@@ -108,7 +108,7 @@ def test_the_documentation_names_every_field_and_exit_code() -> None:
         ("100k", 100_000),
         ("1e9", 10**9),
         ("4096", 4096),
-        ("0.5", 1),  # a fraction of a byte rounds up
+        ("0.5Ki", 512),
     ],
 )
 def test_sizes_are_kubernetes_quantities(text: str, expected: int) -> None:
