@@ -9,3 +9,7 @@ cluster-up:  ## bring up the real two-node cluster (root); prints its kubeconfig
 
 cluster-down:  ## end every process, mount, loop device and network device the cluster made (root)
 	@bash tools/cluster/down.sh
+
+.PHONY: cluster-test
+cluster-test: install  ## the real cluster's own tests: up, two Ready nodes, isolation, down leaves nothing (root)
+	CLUSTER_TESTS=1 $(PY) -m pytest -q -m real tests/cluster $(PYTEST_ARGS)

@@ -39,10 +39,10 @@ list() {
 }
 
 case "${1:-}" in
-  -h | --help) sed -n '2,16p' "$0"; exit 0 ;;
+  -h | --help) usage "$0"; exit 0 ;;
   --list) list; exit 0 ;;
   "") ;;
-  *) sed -n '2,16p' "$0" >&2; exit 2 ;;
+  *) usage "$0" >&2; exit 2 ;;
 esac
 [ "$(id -u)" -eq 0 ] || die "needs root"
 
@@ -132,7 +132,7 @@ detach_loops() {
   local dev ino majmin inodes rootdev n dirs=()
   [ -d "$CLUSTER_ROOT" ] || return 0
   # The driver's directories: the shared pool and controller state, each node's own.
-  for n in "$CLUSTER_ROOT"/shared "$CLUSTER_ROOT"/nodes/*/csi-hostpath; do [ -d "$n" ] && dirs+=("$n"); done
+  for n in "$CLUSTER_ROOT"/shared "$CLUSTER_ROOT"/nodes/*/pool "$CLUSTER_ROOT"/nodes/*/csi-hostpath; do [ -d "$n" ] && dirs+=("$n"); done
   [ "${#dirs[@]}" -gt 0 ] || return 0
   rootdev=$(stat -c '%Hd:%Ld' "$CLUSTER_ROOT")
   inodes=$(find "${dirs[@]}" -xdev -type f -printf '%i\n' 2>/dev/null)

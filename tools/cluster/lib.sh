@@ -37,11 +37,18 @@ CLUSTER_K8S_VERSION=${CLUSTER_K8S_VERSION:-v1.35.4}
 # The sandbox image: the name and tag the kubelet and the e2e suite use (test/utils/image/manifest.go).
 CLUSTER_PAUSE_IMAGE=${CLUSTER_PAUSE_IMAGE:-registry.k8s.io/pause:3.10.1}
 CLUSTER_TIMEOUT=${CLUSTER_TIMEOUT:-180}
+# What each node sees at /var/lib/csi-hostpath/pool, the chart's default pool.hostPath: one host
+# directory for every node (shared, the chart's default shape), or a directory of each node's
+# own (local, for pool.scope=local with the chart's other defaults unchanged).
+CLUSTER_POOL=${CLUSTER_POOL:-shared}
 
 # The variables settings.env records (down.sh and node.sh read them back).
 CLUSTER_SETTINGS="CLUSTER_ROOT CLUSTER_RUN CLUSTER_NODES CLUSTER_NAME CLUSTER_BRIDGE
   CLUSTER_NET_PREFIX CLUSTER_POD_CIDR CLUSTER_POD_PREFIX CLUSTER_SERVICE_CIDR CLUSTER_SERVICE_IP
-  CLUSTER_API_PORT CLUSTER_ETCD_PORT CLUSTER_ETCD_PEER_PORT CLUSTER_PAUSE_IMAGE"
+  CLUSTER_API_PORT CLUSTER_ETCD_PORT CLUSTER_ETCD_PEER_PORT CLUSTER_PAUSE_IMAGE CLUSTER_POOL"
+
+# usage SCRIPT: the comment block at the top of SCRIPT, its help.
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$1"; }
 
 log() { printf '%s cluster: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf 'cluster: %s\n' "$*" >&2; exit 1; }

@@ -13,16 +13,15 @@
 # NODE is a node name (csi-hostpath-worker, csi-hostpath-worker2, ...) or its index (1, 2, ...).
 # Inside the node, these host directories of its own are bind-mounted over the usual paths:
 # /var/lib/kubelet (rshared), /var/lib/containerd, /etc/cni/net.d, /var/log and
-# /var/lib/csi-hostpath (whose pool/ and controller/ are the same host directories on every
-# node, and node/ the node's own), and /run is a tmpfs of its own. Mounts made inside one node are
-# seen by no other node and not by the host.
+# /var/lib/csi-hostpath (whose controller/ is the same host directory on every node, pool/ too
+# unless CLUSTER_POOL=local, and node/ the node's own); /etc/resolv.conf is the node's own and
+# /run a tmpfs of its own. Mounts made inside one node are seen by no other node nor the host.
 set -euo pipefail
 # shellcheck source=tools/cluster/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 load_settings
 CLUSTER_PAUSE_BIN=${CLUSTER_PAUSE_BIN:-$(bash "$CLUSTER_TOOLS/pause.sh" path bin)}
 
-usage() { sed -n '2,20p' "$0"; }
 
 # The paths each node sees at their usual place, and where they come from on the host.
 NODE_BINDS="kubelet:/var/lib/kubelet containerd:/var/lib/containerd cni:/etc/cni/net.d varlog:/var/log csi-hostpath:/var/lib/csi-hostpath"
@@ -68,7 +67,11 @@ setup_mounts() {
   done
   # The node plugin mounts the kubelet directory with Bidirectional propagation.
   mount --make-rshared /var/lib/kubelet
-  mount --bind "$CLUSTER_ROOT/shared/pool" /var/lib/csi-hostpath/pool
+  case "$CLUSTER_POOL" in
+    shared) mount --bind "$CLUSTER_ROOT/shared/pool" /var/lib/csi-hostpath/pool ;;
+    local) mount --bind "$dir/pool" /var/lib/csi-hostpath/pool ;;
+    *) die "CLUSTER_POOL is '$CLUSTER_POOL': shared or local" ;;
+  esac
   mount --bind "$CLUSTER_ROOT/shared/controller" /var/lib/csi-hostpath/controller
   mount --bind "$CLUSTER_RUN/nodes/$(node_name "$i")/resolv.conf" /etc/resolv.conf
 }
@@ -81,7 +84,7 @@ create() {
   dir=$(node_dir "$i")
   ip=$(node_ip "$i")
   veth=$(node_veth "$i")
-  mkdir -p "$dir/ns" "$dir/mnt/cgroup" "$dir/csi-hostpath/pool" "$dir/csi-hostpath/controller" \
+  mkdir -p "$dir/ns" "$dir/mnt/cgroup" "$dir/pool" "$dir/csi-hostpath/pool" "$dir/csi-hostpath/controller" \
     "$dir/csi-hostpath/node" "$CLUSTER_RUN/pids" "$CLUSTER_RUN/logs" "$CLUSTER_RUN/nodes/$name"
   for pair in $NODE_BINDS; do mkdir -p "$dir/${pair%%:*}"; done
   # The node's own resolv.conf, over /etc/resolv.conf inside it: the host's resolvers are not the
@@ -149,7 +152,7 @@ create() {
 }
 
 start() {
-  local i=$1 component=$2 name conf pid starter bin args=()
+  local i=$1 component=$2 name conf pid starter started bin args=()
   name=$(node_name "$i")
   conf=$CLUSTER_RUN/nodes/$name
   case "$component" in
@@ -176,7 +179,8 @@ start() {
       "$bin" "${args[@]}" </dev/null >>"$CLUSTER_RUN/logs/$name.$component.log" 2>&1 &
     echo $!
   )
-  child_of "$starter" >"$pid" || { tail_log "$name.$component"; die "node $name: $component did not start"; }
+  started=$(child_of "$starter") || { tail_log "$name.$component"; die "node $name: $component did not start"; }
+  echo "$started" >"$pid"
 }
 
 stop() {
@@ -194,18 +198,18 @@ stop() {
 }
 
 case "${1:-}" in
-  -h | --help) usage; exit 0 ;;
-  create) [ $# -eq 2 ] || { usage >&2; exit 2; }; create "$(node_index "$2")" ;;
+  -h | --help) usage "$0"; exit 0 ;;
+  create) [ $# -eq 2 ] || { usage "$0" >&2; exit 2; }; create "$(node_index "$2")" ;;
   _setup-mounts) setup_mounts "$2" ;;
-  start) [ $# -eq 3 ] || { usage >&2; exit 2; }; start "$(node_index "$2")" "$3" ;;
-  stop) [ $# -eq 3 ] || { usage >&2; exit 2; }; stop "$(node_name "$(node_index "$2")")" "$3" ;;
+  start) [ $# -eq 3 ] || { usage "$0" >&2; exit 2; }; start "$(node_index "$2")" "$3" ;;
+  stop) [ $# -eq 3 ] || { usage "$0" >&2; exit 2; }; stop "$(node_name "$(node_index "$2")")" "$3" ;;
   exec)
-    [ $# -ge 4 ] && [ "$3" = -- ] || { usage >&2; exit 2; }
+    [ $# -ge 4 ] && [ "$3" = -- ] || { usage "$0" >&2; exit 2; }
     name=$(node_name "$(node_index "$2")")
     shift 3
     in_node "$name" "$@"
     ;;
-  pid) [ $# -eq 2 ] || { usage >&2; exit 2; }; init_pid "$(node_name "$(node_index "$2")")" ;;
+  pid) [ $# -eq 2 ] || { usage "$0" >&2; exit 2; }; init_pid "$(node_name "$(node_index "$2")")" ;;
   list) for ((i = 1; i <= CLUSTER_NODES; i++)); do node_name "$i"; done ;;
-  *) usage >&2; exit 2 ;;
+  *) usage "$0" >&2; exit 2 ;;
 esac

@@ -61,15 +61,15 @@ build() {
 }
 
 case "${1:-}" in
-  -h | --help) sed -n '2,14p' "$0"; exit 0 ;;
+  -h | --help) usage "$0"; exit 0 ;;
   build) build ;;
   path)
     case "${2:-}" in
       bin) echo "$dir/pause" ;;
       image) echo "$dir/pause.tar" ;;
-      *) sed -n '2,14p' "$0" >&2; exit 2 ;;
+      *) usage "$0" >&2; exit 2 ;;
     esac
     ;;
   list) echo "$CLUSTER_PAUSE_IMAGE $dir/pause.tar" ;;
-  *) sed -n '2,14p' "$0" >&2; exit 2 ;;
+  *) usage "$0" >&2; exit 2 ;;
 esac

@@ -14,8 +14,8 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 case "${1:-}" in
-  -h | --help) sed -n '2,11p' "$0"; exit 0 ;;
-  "") sed -n '2,11p' "$0" >&2; exit 2 ;;
+  -h | --help) usage "$0"; exit 0 ;;
+  "") usage "$0" >&2; exit 2 ;;
 esac
 out=$1
 templates=$CLUSTER_TOOLS/templates

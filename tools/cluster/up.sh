@@ -11,15 +11,21 @@
 #
 # Idempotent: a cluster that is up and healthy is left as it is; a half-up one is taken down
 # first. On failure it prints the failing component's last log lines and takes down what it
-# started (CLUSTER_KEEP=1 leaves it up to look at; make cluster-down ends it). Needs root.
+# started. Needs root. Settings, from the environment:
+#   CLUSTER_NODES=2          how many nodes
+#   CLUSTER_POOL=shared      /var/lib/csi-hostpath/pool is one host directory for every node;
+#                            local: each node's own (for the chart's pool.scope=local)
+#   CLUSTER_KEEP=1           on failure, leave what was started to look at (make cluster-down)
+#   CLUSTER_BIN_DIR=DIR      take any of the programs from DIR instead of the pinned builds
+#   CLUSTER_TIMEOUT=180      seconds each readiness wait may take
 set -euo pipefail
 # shellcheck source=tools/cluster/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 case "${1:-}" in
-  -h | --help) sed -n '2,15p' "$0"; exit 0 ;;
+  -h | --help) usage "$0"; exit 0 ;;
   "") ;;
-  *) sed -n '2,15p' "$0" >&2; exit 2 ;;
+  *) usage "$0" >&2; exit 2 ;;
 esac
 [ "$(id -u)" -eq 0 ] || die "needs root (namespaces, mounts, a bridge, cgroups)"
 
@@ -149,16 +155,29 @@ control_plane() {
     --bind-address 127.0.0.1 --profiling=false --v 1
 }
 
-# The image archives every node gets: the pause image, then tools/cluster/images.sh list.
+# The image archives every node gets: the pause image, then tools/cluster/images.sh list (the
+# archives that are built). Those not built yet are named, once.
 image_list() {
+  local listed
   bash "$CLUSTER_TOOLS/pause.sh" list
-  if [ -f "$CLUSTER_TOOLS/images.sh" ]; then
-    bash "$CLUSTER_TOOLS/images.sh" list | while read -r name archive _; do
-      [ -n "$name" ] || continue
-      if [ -f "$archive" ]; then echo "$name $archive"
-      else log "image $name: no archive at $archive yet (tools/cluster/images.sh build), skipped"; fi
+  [ -f "$CLUSTER_TOOLS/images.sh" ] || return 0
+  listed=$(bash "$CLUSTER_TOOLS/images.sh" list)
+  [ -z "$listed" ] || echo "$listed"
+  if [ "${1:-}" = --report ]; then
+    bash "$CLUSTER_TOOLS/images.sh" names | while read -r name; do
+      awk -v n="$name" '$1 == n {found = 1} END {exit !found}' <<<"$listed" \
+        || log "image $name: no archive yet, not loaded (tools/cluster/images.sh build makes it)"
     done
   fi
+}
+
+# normalized NAME: the full name containerd files an image under (busybox:1.37.0 is
+# docker.io/library/busybox:1.37.0), as the kubelet's short names are resolved.
+normalized() {
+  local first=${1%%/*}
+  if [ "$first" = "$1" ]; then echo "docker.io/library/$1"
+  elif [[ "$first" != *.* && "$first" != *:* && "$first" != localhost ]]; then echo "docker.io/$1"
+  else echo "$1"; fi
 }
 
 node_up() {
@@ -177,7 +196,8 @@ node_up() {
   done <<<"$images"
   present=$(bash "${node[@]}" exec "$i" -- ctr --address /run/containerd/containerd.sock -n k8s.io images ls -q)
   while read -r image archive; do
-    grep -qxF "$image" <<<"$present" || die "$name: $archive imported, but no image is named $image"
+    grep -qxF "$(normalized "$image")" <<<"$present" \
+      || die "$name: $archive imported, but no image is named $image"
   done <<<"$images"
   bash "${node[@]}" start "$i" kubelet
   bash "${node[@]}" start "$i" kube-proxy
@@ -282,10 +302,16 @@ main() {
   host_network
   log "control plane"
   control_plane
+  image_list --report >/dev/null
+  # The nodes come up side by side: most of their time is importing the same image archives.
+  local started=() failed=0
   for ((i = 1; i <= CLUSTER_NODES; i++)); do
     log "node $(node_name "$i") ($(node_ip "$i"))"
-    node_up "$i"
+    node_up "$i" &
+    started+=($!)
   done
+  for i in "${started[@]}"; do wait "$i" || failed=1; done
+  [ "$failed" = 0 ] || die "a node did not come up (its error is above)"
   log "waiting for $CLUSTER_NODES Ready nodes"
   for ((i = 1; i <= CLUSTER_NODES; i++)); do
     wait_for "node $(node_name "$i") registered" "$CLUSTER_TIMEOUT" "$(node_name "$i").kubelet" \
