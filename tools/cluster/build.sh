@@ -314,7 +314,6 @@ versions() {
       kubectl) echo "$name $("$p" version --client 2>&1 | head -1)" ;;
       etcdctl) echo "$name $("$p" version 2>&1 | head -1)" ;;
       helm) echo "$name $("$p" version --short 2>&1 | head -1)" ;;
-      e2e.test) echo "$name $("$p" --help 2>&1 | grep -c . ) help lines" ;;
       containerd-shim-runc-v2) echo "$name $("$p" -v 2>&1 | sed -n 2p)" ;;
       *) echo "$name $("$p" --version 2>&1 | head -1)" ;;
     esac
