@@ -20,7 +20,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 godir="$here/go"
 cache=${CSI_HOSTPATH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/csi-hostpath}
-# shellcheck disable=SC1091 # plain NAME=VALUE lines, checked by tests/unit/test_cluster_build.py
+# shellcheck source=tools/cluster/versions.env
 . "$here/versions.env"
 
 # One program a line: NAME COMPONENT KIND WHAT. KIND is bin (go build WHAT), test (go test -c
@@ -194,8 +194,8 @@ ldflags() {
 # tags COMPONENT NAME: containerd's static build tags (the shim without gRPC, as its Makefile).
 tags() {
   [ "$1" = containerd ] || return 0
-  local t="urfave_cli_no_docs osusergo netgo static_build"
-  [ "$2" = containerd-shim-runc-v2 ] && t="$t no_grpc"
+  local t=urfave_cli_no_docs,osusergo,netgo,static_build
+  [ "$2" = containerd-shim-runc-v2 ] && t="$t,no_grpc"
   echo "-tags=$t"
 }
 
