@@ -6,10 +6,11 @@ cluster is already up (it would take that one down).
 
 What it checks while the cluster is up: two Ready nodes; a pod running on each, with an address
 of its node's pod range; the API server's service address reached from inside each node (what
-kube-proxy does for hostNetwork pods and the sidecars); no route out of any node; and a mount
-made inside one node (a loop device on a file of the shared pool) seen by neither the other node
-nor the host. After cluster-down, and after a cluster-up killed with SIGKILL half-way: no
-process, mount, loop device, namespace, link, iptables rule, cgroup or directory of the cluster.
+kube-proxy does for hostNetwork pods and the sidecars); no route out of any node; a mount made
+inside one node seen by neither the other node nor the host; a loop device on a file of the
+shared pool; a node taken down and brought back (node.sh down/up) running pods again. After
+cluster-down, and after a cluster-up killed with SIGKILL half-way: no process, mount, loop
+device, namespace, link, iptables rule, cgroup or directory of the cluster.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ CLUSTER = ROOT / "tools" / "cluster"
 RUN = ROOT / ".run" / "cluster"
 CLUSTER_ROOT = Path("/var/lib/csi-hostpath-cluster")
 NODES = ("csi-hostpath-worker", "csi-hostpath-worker2")
+# Where the cluster's own mounts and backing files are (the nodes see theirs at the usual paths).
+OURS = (str(CLUSTER_ROOT), "/var/lib/kubelet", "/var/lib/csi-hostpath/")
 POD_RANGES = {"csi-hostpath-worker": "10.244.1.", "csi-hostpath-worker2": "10.244.2."}
 
 pytestmark = [
@@ -80,8 +83,8 @@ def _host_state() -> HostState:
     return HostState(
         links=frozenset(line.split(":")[1].strip().split("@")[0] for line in links),
         iptables=rules,
-        mounts=frozenset(m for m in mounts if "csi-hostpath-cluster" in m or "kubelet" in m),
-        loops=frozenset(loop for loop in loops if "csi-hostpath" in loop or "probe" in loop),
+        mounts=frozenset(m for m in mounts if m.startswith(OURS) or "csi-hostpath-cluster" in m),
+        loops=frozenset(loop for loop in loops if loop.split()[-1].startswith(OURS)),
         cgroups=frozenset(str(p) for p in Path("/sys/fs/cgroup").glob("*/csi-hostpath-cluster")),
         paths=frozenset(p for p in ("/var/lib/kubelet", "/var/lib/csi-hostpath",
                                     str(CLUSTER_ROOT)) if Path(p).exists()),
@@ -205,6 +208,21 @@ def test_cluster_up_two_nodes_isolated_then_down_leaves_nothing(quiet_host: Host
     _node(first, "losetup", "-f", "--show", "/var/lib/csi-hostpath/pool/probe.img")
     assert (CLUSTER_ROOT / "shared/pool/probe.img").exists()  # the pool is the same directory
     assert _node(second, "test", "-f", "/var/lib/csi-hostpath/pool/probe.img").returncode == 0
+
+    # The first node goes down as a stopped kind node does: every process of it, and its
+    # mounts with its mount namespace; it comes back up and runs pods again.
+    _sh("bash", str(CLUSTER / "node.sh"), "down", first)
+    assert not _running(pids[f"{first}.init.pid"])
+    assert not _running(pids[f"{first}.kubelet.pid"])
+    _sh("bash", str(CLUSTER / "node.sh"), "up", first)
+    assert _node(first, "findmnt", "-n", probe, check=False).returncode != 0
+    assert _node(first, "curl", "-s", "http://127.0.0.1:10248/healthz").stdout == "ok"
+    subprocess.run([str(RUN / "bin" / "kubectl"), "--kubeconfig", str(RUN / "kubeconfig"),
+                    "apply", "-f", "-"], input=_pod(first).replace("probe-", "again-"),
+                   check=True, text=True, capture_output=True)
+    assert _wait_running(f"again-{first}")["spec"]["nodeName"] == first
+    pids |= _recorded_pids()
+    namespaces |= _node_namespaces()
 
     down = _sh("make", "-C", str(ROOT), "-s", "cluster-down")
     assert down.returncode == 0, down.stderr

@@ -200,7 +200,7 @@ start=$SECONDS
 for step in thaw stop_processes unmount_all detach_loops network cgroups directories; do
   t=$SECONDS
   "$step"
-  [ "${CLUSTER_VERBOSE:-0}" = 1 ] && log "$step: $((SECONDS - t))s"
+  if [ "${CLUSTER_VERBOSE:-0}" = 1 ] || ((SECONDS - t >= 3)); then log "$step: $((SECONDS - t))s"; fi
 done
 if [ "${#left[@]}" -gt 0 ]; then
   printf 'cluster: left behind: %s\n' "${left[@]}" >&2

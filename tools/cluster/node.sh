@@ -3,8 +3,14 @@
 # and IPC namespaces, its own containerd, kubelet and kube-proxy.
 #
 #   tools/cluster/node.sh create NODE           namespaces, veth, mounts and the node's init
-#   tools/cluster/node.sh start NODE COMPONENT  start containerd, kubelet or kube-proxy in it
+#   tools/cluster/node.sh start NODE COMPONENT  start containerd (and wait for it), kubelet or
+#                                               kube-proxy in it
 #   tools/cluster/node.sh stop NODE COMPONENT   end that component (SIGTERM, then SIGKILL)
+#   tools/cluster/node.sh down NODE             the node is gone, as `docker stop` of a kind node:
+#                                               every process of it killed, its mounts and /run
+#                                               with its mount namespace (loop devices, the
+#                                               kernel's, stay attached); disk and network stay
+#   tools/cluster/node.sh up NODE               (back) up: create, containerd, kubelet, kube-proxy
 #   tools/cluster/node.sh exec NODE -- CMD...   run CMD inside the node (as `docker exec` would)
 #   tools/cluster/node.sh pid NODE              the host PID of the node's init
 #   tools/cluster/node.sh list                  the node names
@@ -79,7 +85,7 @@ setup_mounts() {
 init_ready() { [ "$(readlink "/proc/$1/exe")" = "$CLUSTER_PAUSE_BIN" ]; }
 
 create() {
-  local i=$1 name dir ip veth j
+  local i=$1 name dir ip veth j f
   name=$(node_name "$i")
   dir=$(node_dir "$i")
   ip=$(node_ip "$i")
@@ -94,7 +100,7 @@ create() {
   # Both namespaces are pinned by a bind mount under the cluster's root, so they outlive any
   # process and down.sh finds them. The mount namespace is made inside the network namespace:
   # its sysfs then shows the node's own network devices.
-  touch "$dir/ns/mnt" "$dir/ns/net"
+  for f in "$dir/ns/mnt" "$dir/ns/net"; do [ -e "$f" ] || touch "$f"; done
   if ! findmnt -rn "$dir/ns/net" >/dev/null; then
     unshare --net="$dir/ns/net" -- true
   fi
@@ -181,6 +187,47 @@ start() {
   )
   started=$(child_of "$starter") || { tail_log "$name.$component"; die "node $name: $component did not start"; }
   echo "$started" >"$pid"
+  if [ "$component" = containerd ]; then
+    wait_for "$name containerd" "$CLUSTER_TIMEOUT" "$name.containerd" \
+      in_node "$name" ctr --address /run/containerd/containerd.sock version
+  fi
+}
+
+node_processes() {
+  local mnt
+  for mnt in $(cgroup_mounts); do
+    [ -d "$mnt$1" ] && find "$mnt$1" -name cgroup.procs -exec cat {} + 2>/dev/null
+  done | sort -un
+}
+
+down() {
+  local i=$1 name dir pid
+  name=$(node_name "$i")
+  dir=$(node_dir "$i")
+  for component in kubelet kube-proxy containerd init; do
+    pid=$(cat "$(pidfile "$name.$component")" 2>/dev/null || true)
+    [ -n "$pid" ] && grep -q ":$(node_cgroup "$i")\(/\|$\)" "/proc/$pid/cgroup" 2>/dev/null \
+      && kill -KILL "$pid" 2>/dev/null
+    rm -f "$(pidfile "$name.$component")"
+  done
+  # The init was PID 1 of the node's PID namespace: the kernel kills the rest of the node.
+  for _ in $(seq 100); do
+    pid=$(node_processes "$(node_cgroup "$i")")
+    [ -z "$pid" ] && break
+    # shellcheck disable=SC2086 # one PID a word
+    kill -KILL $pid 2>/dev/null || true
+    sleep 0.1
+  done
+  [ -z "$(node_processes "$(node_cgroup "$i")")" ] || die "node $name: processes that do not die: $pid"
+  if findmnt -rn "$dir/ns/mnt" >/dev/null; then umount "$dir/ns/mnt"; fi
+}
+
+up() {
+  local i=$1
+  create "$i"
+  start "$i" containerd
+  start "$i" kubelet
+  start "$i" kube-proxy
 }
 
 stop() {
@@ -209,6 +256,8 @@ case "${1:-}" in
     shift 3
     in_node "$name" "$@"
     ;;
+  down) [ $# -eq 2 ] || { usage "$0" >&2; exit 2; }; down "$(node_index "$2")" ;;
+  up) [ $# -eq 2 ] || { usage "$0" >&2; exit 2; }; up "$(node_index "$2")" ;;
   pid) [ $# -eq 2 ] || { usage "$0" >&2; exit 2; }; init_pid "$(node_name "$(node_index "$2")")" ;;
   list) for ((i = 1; i <= CLUSTER_NODES; i++)); do node_name "$i"; done ;;
   *) usage "$0" >&2; exit 2 ;;

@@ -30,6 +30,7 @@ esac
 [ "$(id -u)" -eq 0 ] || die "needs root (namespaces, mounts, a bridge, cgroups)"
 
 KUBECTL_ARGS=(--kubeconfig "$CLUSTER_RUN/kubeconfig")
+failed_command='' failed_line=''
 kubectl() { "$KUBECTL" "${KUBECTL_ARGS[@]}" "$@"; }
 
 # Install what the host lacks (tools/cluster/deps.txt), with apt.
@@ -158,14 +159,16 @@ control_plane() {
 # The image archives every node gets: the pause image, then tools/cluster/images.sh list (the
 # archives that are built). Those not built yet are named, once.
 image_list() {
-  local listed
+  local listed name
   bash "$CLUSTER_TOOLS/pause.sh" list
   [ -f "$CLUSTER_TOOLS/images.sh" ] || return 0
   listed=$(bash "$CLUSTER_TOOLS/images.sh" list)
   [ -z "$listed" ] || echo "$listed"
   if [ "${1:-}" = --report ]; then
+    local names
+    names=$(while read -r name _; do if [ -n "$name" ]; then normalized "$name"; fi; done <<<"$listed")
     bash "$CLUSTER_TOOLS/images.sh" names | while read -r name; do
-      awk -v n="$name" '$1 == n {found = 1} END {exit !found}' <<<"$listed" \
+      grep -qxF "$(normalized "$name")" <<<"$names" \
         || log "image $name: no archive yet, not loaded (tools/cluster/images.sh build makes it)"
     done
   fi
@@ -186,8 +189,6 @@ node_up() {
   bash "${node[@]}" create "$i"
   cp "$CLUSTER_RUN/nodes/$name/10-csi-hostpath.conflist" "$(node_dir "$i")/cni/"
   bash "${node[@]}" start "$i" containerd
-  wait_for "$name containerd" "$CLUSTER_TIMEOUT" "$name.containerd" \
-    bash "${node[@]}" exec "$i" -- ctr --address /run/containerd/containerd.sock version
   images=$(image_list)
   while read -r image archive; do
     bash "${node[@]}" exec "$i" -- ctr --address /run/containerd/containerd.sock -n k8s.io \
@@ -243,6 +244,7 @@ on_error() {
   local rc=$?
   trap - ERR EXIT
   if [ "$rc" -ne 0 ]; then
+    [ -z "${failed_command:-}" ] || log "failed at up.sh line $failed_line: $failed_command"
     if [ "${CLUSTER_KEEP:-0}" = 1 ]; then
       log "failed; CLUSTER_KEEP=1 leaves it as it is: logs in $CLUSTER_RUN/logs, make cluster-down ends it"
     else
@@ -267,6 +269,9 @@ main() {
     log "a cluster is half up: taking it down first"
     bash "$CLUSTER_TOOLS/down.sh" >&2
   fi
+  # The command that failed, for the message (errtrace: in functions and subshells too).
+  set -E
+  trap 'failed_command=$BASH_COMMAND failed_line=$LINENO' ERR
   trap on_error EXIT
   # Every binary before anything starts, so a missing one fails before there is anything to undo.
   local programs=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
