@@ -312,6 +312,28 @@ def _scale_rows(table: _Table, results: dict[str, Any]) -> None:
         )
 
 
+POOL_MAX_GROWTH = 1.5
+
+
+def _pool_rows(table: _Table, results: dict[str, Any]) -> None:
+    data = results.get("pool")
+    if not data or not data.get("levels"):
+        return
+    levels = sorted(data["levels"], key=int)
+    low, high = levels[0], levels[-1]
+    for rpc in ("CreateVolume", "GetCapacity"):
+        p50 = {n: data["levels"][n][rpc]["p50_ms"] for n in levels}
+        growth = ratio(p50[high], p50[low])
+        target = f"p50 at {high} ≤ {POOL_MAX_GROWTH}x p50 at {low}" if rpc == "CreateVolume" else ""
+        table.add(
+            "i",
+            f"{rpc} p50 with {' / '.join(levels)} block volumes in the pool",
+            " / ".join(_ms(p50[n]) for n in levels) + f" (**{growth:.2f}x** at {high})",
+            target,
+            _verdict(growth <= POOL_MAX_GROWTH) if target else "",
+        )
+
+
 def markdown(results: dict[str, Any]) -> str:
     meta = results["meta"]
     table = _Table()
@@ -323,6 +345,7 @@ def markdown(results: dict[str, Any]) -> str:
     _group_and_cbt_rows(table, results)
     _rss_rows(table, results)
     _scale_rows(table, results)
+    _pool_rows(table, results)
     plugin_log = results.get("plugin_log")
     if plugin_log:
         table.add(

@@ -22,12 +22,12 @@ from typing import Any
 
 import psutil
 
-from bench import cbt, fastpaths, floor, ledger, lifecycle, report, scale, snapshot
+from bench import cbt, fastpaths, floor, ledger, lifecycle, pool_scale, report, scale, snapshot
 from bench.harness import GiB, Plugin, Stubs, force_cleanup, leaks, mounts_under
 from bench.stats import summary
 
 KINDS = ("ext4", "xfs", "block")
-SECTIONS = ("fastpaths", "lifecycle", "many", "ledger", "snapshot", "group", "cbt", "scale")
+SECTIONS = ("fastpaths", "lifecycle", "many", "ledger", "snapshot", "group", "cbt", "scale", "pool")
 TOOLS = ("truncate", "losetup", "mkfs.ext4", "mkfs.xfs", "mount", "umount", "blkid", "rm")
 
 
@@ -48,6 +48,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--scale-samples", type=int, default=20, help="rounds per level in (h)")
     parser.add_argument("--scale-size-gib", type=int, default=1, help="volume size for (h)")
+    parser.add_argument(
+        "--pool-levels",
+        default=",".join(str(n) for n in pool_scale.LEVELS),
+        help="volume counts in the pool for (i), comma-separated",
+    )
+    parser.add_argument("--pool-samples", type=int, default=50, help="rounds per level in (i)")
     parser.add_argument(
         "--only",
         default=",".join(SECTIONS),
@@ -242,6 +248,16 @@ def run_suite(args: argparse.Namespace, work: Path, node_id: str) -> dict[str, A
             args.scale_size_gib * GiB,
         ),
     )
+    section(
+        "pool",
+        f"(i) CreateVolume and GetCapacity with {args.pool_levels} volumes in the pool ...",
+        lambda: pool_scale.pool_scale(
+            work / "pool",
+            node_id,
+            tuple(int(n) for n in args.pool_levels.split(",")),
+            args.pool_samples,
+        ),
+    )
     log = plugin.log_tail(10**9).splitlines()
     results["plugin_log"] = {
         "warnings": sum(1 for line in log if "level=WARNING" in line),
@@ -301,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         end = leaks(work, node_id, [work])
         # state.db, the plugin log and the like are the run's own bookkeeping, not leaks.
-        states = tuple(str(p) + "/" for p in (work / "plugin", work / "scale" / "plugin"))
+        plugins = (work / "plugin", work / "scale" / "plugin", work / "pool" / "plugin")
+        states = tuple(str(p) + "/" for p in plugins)
         files = [f for f in end.files if not f.startswith(states)]
         kept = [f"{s}state/pool/{d}/" for s in states for d in ("volumes", "snapshots", "leases")]
         pool_files = [f for f in end.files if f.startswith(tuple(kept))]

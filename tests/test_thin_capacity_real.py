@@ -150,3 +150,58 @@ def test_mkfs_keeps_the_file_sparse_and_a_trim_gives_space_back(
         time.sleep(0.25)
     assert written - trimmed >= 20 * MiB, f"{fs}: {written} -> {trimmed} after fstrim"
     assert _free(pool) - free_full >= 20 * MiB
+
+
+def test_create_volume_measures_only_the_volumes_that_changed(
+    driver: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The thin rule needs every volume's allocation; a stat of each on every CreateVolume cost
+    25 ms with 2,000 volumes. Unchanged volumes are counted from a cache."""
+    from csi_hostpath.system.linux_pool import LinuxPool
+
+    for n in range(30):
+        h.create(driver, f"idle-{n}", h.block_cap(), MiB)
+    _available(driver)
+    measured: list[Path] = []
+    allocated = LinuxPool.allocated
+
+    def counting(self: LinuxPool, path: Path) -> int:
+        measured.append(path)
+        return allocated(self, path)
+
+    monkeypatch.setattr(LinuxPool, "allocated", counting)
+    h.create(driver, "one-more", h.block_cap(), MiB)
+    _available(driver)
+    assert len(measured) <= 2, measured  # the new volume, once
+
+
+def test_a_trim_in_a_held_volume_lets_nothing_be_promised_twice(
+    driver: Client, pool: Path, stage: object
+) -> None:
+    """The cache counted the volume's written bytes; a trim gives them back to free space, where
+    a cached count would count them twice."""
+    vol = h.create(driver, "t", h.mount_cap("ext4"), 64 * MiB)
+    staged = stage(vol, "ext4")  # type: ignore[operator]
+    _write(staged.staging / "data", 32 * MiB)
+    room = _available(driver)  # measured now, 32 MiB written
+    backing = PoolLayout(pool).volume_file(vol.volume_id)
+    written = os.stat(backing).st_blocks * 512
+    (staged.staging / "data").unlink()
+    os.sync()
+    subprocess.run(["fstrim", str(staged.staging)], check=True, capture_output=True)
+    assert written - os.stat(backing).st_blocks * 512 >= 24 * MiB  # back in the pool's free space
+    h.expect_code(
+        grpc.StatusCode.RESOURCE_EXHAUSTED, h.create, driver, "x", h.block_cap(), room + 16 * MiB
+    )
+    h.create(driver, "y", h.block_cap(), room - MiB)
+
+
+def test_a_write_in_a_held_volume_takes_nothing_from_what_can_be_promised(
+    driver: Client, stage: object
+) -> None:
+    vol = h.create(driver, "w", h.mount_cap("ext4"), 64 * MiB)
+    staged = stage(vol, "ext4")  # type: ignore[operator]
+    room = _available(driver)
+    _write(staged.staging / "data", 32 * MiB)  # after the volume's allocation was counted
+    h.create(driver, "all-of-it", h.block_cap(), room // MiB * MiB)
+    h.expect_code(grpc.StatusCode.RESOURCE_EXHAUSTED, h.create, driver, "more", h.block_cap(), MiB)

@@ -172,11 +172,16 @@ class ControllerService:
                     if source_file is None:
                         self.system.pool.create(path, size)
                     else:
-                        self._copy_from_source(content_source, source_file, path, size)
+                        with self.capacity.allocations.copying(
+                            self.system.pool.allocated(source_file)
+                        ):
+                            self._copy_from_source(content_source, source_file, path, size)
                     stamp()
                     raced = self.store.insert_volume_unless_named(volume)
             except NoSpace as e:
                 raise NoCapacity(f"the pool has no room for {describe_bytes(size)}: {e}") from e
+            finally:
+                self.capacity.allocations.changed(volume.volume_id)
             if raced is not None:  # another process won the name between our check and insert
                 discard(self.system.pool, path)
                 return self.created(raced)
@@ -269,6 +274,7 @@ class ControllerService:
             discard(self.system.pool, self.layout.volume_file(volume_id))
             self.layout.remove_lease(volume_id)
             self.store.delete_volume(volume_id)
+            self.capacity.allocations.changed(volume_id)
             log.info("deleted volume %s", volume_id)
 
     def validate_capabilities(
@@ -333,7 +339,10 @@ class ControllerService:
             body = identity.snapshot_identity(snapshot, volume.fs_type)
             try:
                 with making(self.system.pool, dest, body) as stamp:
-                    with self.consistency(volume.volume_id):
+                    with (
+                        self.capacity.allocations.copying(self.system.pool.allocated(source)),
+                        self.consistency(volume.volume_id),
+                    ):
                         self.system.pool.copy_sparse(source, dest)
                     stamp()
                     raced = self.store.insert_snapshot_unless_named(snapshot)
@@ -356,6 +365,7 @@ class ControllerService:
         with self.inflight.hold(snapshot_id, "DeleteSnapshot"):
             discard(self.system.pool, self.layout.snapshot_file(snapshot_id))
             self.store.delete_snapshot(snapshot_id)
+            self.capacity.allocations.drop()  # its room is promisable again at once
 
     def list_snapshots(
         self, starting_token: str, max_entries: int, snapshot_id: str, source_volume_id: str
@@ -411,6 +421,7 @@ class ControllerService:
                 grown = identity.volume_identity(volume)
                 identity.write_identity(path, {**grown, "size_bytes": size})
                 self.store.set_capacity(volume_id, size)
+            self.capacity.allocations.changed(volume_id)
             log.info("expanded %s from %d to %d bytes", volume_id, volume.capacity_bytes, size)
             # The node must refresh the loop device's size, and grow the filesystem on it.
             return size, True

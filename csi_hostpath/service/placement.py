@@ -15,9 +15,10 @@ from promising the same bytes twice.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from csi_hostpath.config import Config, PoolScope
 from csi_hostpath.core.capacity import Held, promisable, refuse_unpromisable
@@ -30,6 +31,7 @@ from csi_hostpath.core.errors import (
     VolumeNotFound,
 )
 from csi_hostpath.core.naming import snapshot_home
+from csi_hostpath.service.allocations import Allocations
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.base import System
@@ -91,7 +93,8 @@ def missing_source(config: Config, kind: str, source_id: str) -> Exception:
 
 @dataclass
 class Capacity:
-    """The pool's promise book: measured on each call, serialised for the create path."""
+    """The pool's promise book: measured on each call (the volumes' allocations through a
+    conservative cache, service/allocations.py), serialised for the create path."""
 
     config: Config
     store: Store
@@ -100,28 +103,41 @@ class Capacity:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     # CreateVolume name -> the size promised while its file exists but its row does not yet
     _pending: dict[str, int] = field(default_factory=dict)
+    allocations: Allocations = field(init=False)
 
-    def _held(self) -> list[Held]:
+    def __post_init__(self) -> None:
+        pool, layout = self.system.pool, self.layout
+        # Keys are volume IDs, and inline volumes' paths (POOL/inline/<node key>/vol-*.img).
+        self.allocations = Allocations(
+            lambda key: pool.allocated(
+                Path(key) if key.startswith("/") else layout.volume_file(key)
+            )
+        )
+
+    def _held(self, free_now: int, live: Collection[str]) -> tuple[list[Held], int]:
         pool = self.system.pool
-        held = [
-            Held(size, pool.allocated(self.layout.volume_file(volume_id)))
-            for volume_id, size in self.store.volume_sizes()
+        # Inline ephemeral volumes are thin files in the same pool (service/node_ephemeral.py),
+        # made by node plugins with no row here, and written to while they exist.
+        inline = [
+            (str(path), size)
+            for path in self.layout.root.glob("inline/*/vol-*.img")
+            if (size := pool.size(path)) is not None
         ]
+        entries = [*self.store.volume_sizes(), *inline]
+        held, free = self.allocations.held(entries, free_now, {*live, *(k for k, _ in inline)})
         # A volume being created is promised before its row exists; its file may have written
         # nothing yet.
         held += [Held(size, 0) for size in self._pending.values()]
-        # Inline ephemeral volumes are thin files in the same pool (service/node_ephemeral.py,
-        # POOL/inline/<node key>/), made by node plugins with no row here.
-        for path in self.layout.root.glob("inline/*/vol-*.img"):
-            if (size := pool.size(path)) is not None:
-                held.append(Held(size, pool.allocated(path)))
-        return held
+        return held, free
 
-    def available(self) -> tuple[int, int]:
-        """(bytes still promisable, the largest volume that can be made now)."""
-        available = promisable(
-            self.system.pool.free_bytes(), self._held(), self.config.overcommit_ratio
-        )
+    def available(self, exact: bool = True) -> tuple[int, int]:
+        """(bytes still promisable, the largest volume that can be made now). Exact measures
+        again the volumes nodes hold (GetCapacity's answer); otherwise their cached allocations
+        may be low after writes, and so the answer (a promise, checked again before a refusal)."""
+        free_now = self.system.pool.free_bytes()
+        live = self.store.published_volume_ids() if exact else ()
+        held, free = self._held(free_now, live)
+        available = promisable(free, held, self.config.overcommit_ratio)
         limit = self.config.max_volume_size
         return available, min(available, limit) if limit else available
 
@@ -133,7 +149,10 @@ class Capacity:
         its row does not say so yet; `refused` (NoCapacity: RESOURCE_EXHAUSTED; an expansion
         passes CapacityOutOfRange) when the pool can't promise it."""
         with self._lock:
-            available, _ = self.available()
+            available, _ = self.available(exact=False)
+            if size_bytes > available:  # the cache errs low: refuse on fresh numbers only
+                self.allocations.drop()
+                available, _ = self.available()
             refuse_unpromisable(size_bytes, available, self.config.overcommit_ratio, refused)
             self._pending[name] = size_bytes
         try:

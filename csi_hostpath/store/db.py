@@ -244,6 +244,10 @@ class Store:
         rows = self._read("SELECT volume_id, capacity_bytes FROM volumes")
         return [(r["volume_id"], r["capacity_bytes"]) for r in rows]
 
+    def published_volume_ids(self) -> set[str]:
+        """Volumes some node holds: the ones whose files may be written or trimmed now."""
+        return {r["volume_id"] for r in self._read("SELECT DISTINCT volume_id FROM publications")}
+
     # ----- snapshots -----
     def insert_snapshot_unless_named(self, snapshot: Snapshot) -> Snapshot | None:
         with self._tx() as db:
