@@ -15,7 +15,10 @@
 #   tools/cluster/images.sh path NAME:TAG            print where its current archive is (or will
 #                                                    be); exit 1 if its inputs are not there
 #   tools/cluster/images.sh check NAME:TAG [ARG...]  import its archive into a throwaway containerd
-#                                                    and run it (with ARGs, else its own check)
+#                                                    and run it: its own check, or the image
+#                                                    with ARGs as a pod's args (after the
+#                                                    entrypoint); --command ARG... replaces the
+#                                                    entrypoint too, as a pod's command does
 #
 # Needs root for build and check (buildah, containerd); the Debian packages they need are
 # installed with apt-get when missing. The archives live in ${CSI_HOSTPATH_CACHE:-~/.cache/csi-hostpath}/images.
@@ -115,7 +118,9 @@ cmd_build() {
     set +e
     (
       set -e
-      trap cleanup_scratch EXIT
+      # A command that fails without a message of its own (set -e) still gets one.
+      trap 'rc=$?; cleanup_scratch; [ "$rc" -eq 0 ] || [ -n "$died" ] ||
+        say "$name: failed (exit $rc) at: $BASH_COMMAND"' EXIT
       build_one "$name" "$recipe" "$source"
     )
     rc=$?
@@ -168,6 +173,13 @@ cmd_check() {
   ctr_import "$archive" "$name"
   # ctr, unlike the kubelet, takes no short names: run it by the name containerd stores.
   name=$(normalized "$name")
+  if [ "${1:-}" = --command ]; then
+    shift
+    [ $# -gt 0 ] || usage
+    c run --rm --runc-root "$ctr_dir/runc" --cgroup "/csi-hostpath-check-$$" "$name" \
+      "csi-hostpath-check-$$" "$@"
+    return
+  fi
   if [ $# -gt 0 ]; then
     run_image "$archive" "$name" "csi-hostpath-check-$$" "$@"
     return
@@ -185,7 +197,9 @@ cmd_check() {
       say "check: $name sh: $out" ;;
     debian)
       case "$source" in
-        agnhost.*) out=$(run_image "$archive" "$name" "csi-hostpath-check-$$" --help | head -n 1) ;;
+        agnhost.*)
+          out=$(run_image "$archive" "$name" "csi-hostpath-check-$$" --version)
+          [ "$out" = "app version ${name##*:}" ] || die "check: $name --version printed: $out" ;;
         nginx.*) out=$(run_image "$archive" "$name" "csi-hostpath-check-$$" nginx -t 2>&1) ;;
         *) out=$(run_image "$archive" "$name" "csi-hostpath-check-$$" 2>&1) ;;
       esac || die "check: $name failed: $out"

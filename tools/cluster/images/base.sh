@@ -12,14 +12,14 @@ apt_uri() {
   local suite=$1 uri
   uri=$(
     {
-      cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null \
-        | awk -v s="$suite" '$1 == "deb" { for (i = 2; i < NF; i++) if ($(i + 1) == s && $i !~ /^\[/) { print $i; exit } }'
-      cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk -v s="$suite" '
+      { cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null || true; } |
+        awk -v s="$suite" '$1 == "deb" { sub(/\[[^]]*\][[:space:]]*/, ""); if ($3 == s) print $2 }'
+      { cat /etc/apt/sources.list.d/*.sources 2>/dev/null || true; } | awk -v s="$suite" '
         /^[[:space:]]*$/ { if (u != "" && hit) { print u; exit } u = ""; hit = 0; next }
         tolower($1) == "uris:" { u = $2 }
         tolower($1) == "suites:" { for (i = 2; i <= NF; i++) if ($i == s) hit = 1 }
         END { if (u != "" && hit) print u }'
-    } | head -n 1
+    } | awk 'NR == 1'
   )
   echo "${uri:-http://deb.debian.org/$2}"
 }
@@ -69,7 +69,7 @@ EOF
 }
 
 make_base() {
-  local image=$1 archive=$2 r m started=$SECONDS
+  local image=$1 archive=$2 r m old started=$SECONDS
   need_debs debootstrap:debootstrap buildah:buildah
   scratch base
   r="$scratch/root"
@@ -117,5 +117,8 @@ EOF
     --label "org.opencontainers.image.version=$(cat "$r/etc/debian_version")" "$ctr"
   bah commit -q --rm "$ctr" "$image" >/dev/null
   publish "$image" "$image" "$archive"
+  # An older base (an earlier recipe or mirror) is no longer any image's base.
+  bah images --format '{{.Name}}:{{.Tag}}' | { grep '^localhost/csi-hostpath-base:' || true; } |
+    { grep -vxF "$image" || true; } | while read -r old; do drop_image "$old"; done
   say "base: $image ($(du -h "$archive" | cut -f1), $((SECONDS - started)) s)"
 }

@@ -12,7 +12,8 @@ images_dir=${CSI_HOSTPATH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/csi-hostpath}/i
 table="$here/images/images.txt"
 
 say() { echo "images: $*" >&2; }
-die() { say "$*"; exit 1; }
+died=
+die() { say "$*"; died=1; exit 1; }
 
 # bah ARGS: buildah on the project's own storage (overlay driver, chroot isolation for RUN).
 bah() {
