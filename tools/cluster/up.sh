@@ -240,6 +240,18 @@ EOF
   done
 }
 
+# free_ports: what the cluster listens on in the host's network namespace must be free, and its
+# node network must be no other interface's.
+free_ports() {
+  local port used
+  for port in "$CLUSTER_API_PORT" "$CLUSTER_ETCD_PORT" "$CLUSTER_ETCD_PEER_PORT" 10257 10259; do
+    used=$(ss -Hltnp "sport = :$port" 2>/dev/null)
+    [ -z "$used" ] || die "port $port is taken on this host: $used"
+  done
+  used=$(ip -o route show "$CLUSTER_NET_PREFIX.0/24" 2>/dev/null)
+  [ -z "$used" ] || die "$CLUSTER_NET_PREFIX.0/24 is routed already ($used): set CLUSTER_NET_PREFIX"
+}
+
 on_error() {
   local rc=$?
   trap - ERR EXIT
@@ -265,10 +277,18 @@ main() {
     echo "$CLUSTER_RUN/kubeconfig"
     return 0
   fi
+  if [ -e "$CLUSTER_STATE/settings.env" ]; then
+    local owner
+    owner=$(bash -c '. "$1" && echo "$CLUSTER_RUN"' settings "$CLUSTER_STATE/settings.env")
+    # Another checkout's cluster is that checkout's to end, not a half-up one of ours.
+    [ "$owner" = "$CLUSTER_RUN" ] \
+      || die "the cluster of $owner is up on this machine: make cluster-down there first (or tools/cluster/down.sh here ends it)"
+  fi
   if [ -e "$CLUSTER_STATE" ] || [ -d "$CLUSTER_RUN/pids" ]; then
     log "a cluster is half up: taking it down first"
     bash "$CLUSTER_TOOLS/down.sh" >&2
   fi
+  free_ports
   # The command that failed, for the message (errtrace: in functions and subshells too).
   set -E
   trap 'failed_command=$BASH_COMMAND failed_line=$LINENO' ERR
