@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -168,3 +170,19 @@ def test_the_driver_and_the_names_are_found_as_a_person_points_at_them(
     cli.json("delete", "d")
     run.stop()
     assert mounts_under(workdir) == [] and released_after_teardown(workdir) == []
+
+
+def test_unmount_from_inside_the_mount_does_not_hold_it_itself(cli: Cli) -> None:
+    cli.json("create", "v", "--size", "32Mi")
+    mnt = cli.root / "mnt"
+    cli.json("mount", "v", str(mnt))
+    (mnt / "f").write_text("f")
+    # The command starts in the mount and with a descriptor on a file in it, both inherited:
+    # neither may keep the mount busy, and nothing else holds it.
+    shell = f"cd {mnt} && exec 3< f && exec {sys.executable} -m csi_hostpath volume unmount ."
+    done = subprocess.run(
+        ["bash", "-c", shell], env=cli.env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert not h.mounted(mnt)
+    cli.json("delete", "v")

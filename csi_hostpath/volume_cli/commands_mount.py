@@ -208,8 +208,27 @@ def _adopt(
     return vol, record
 
 
+def _let_go_of(path: str) -> None:
+    """This command starts with its shell's working directory and descriptors: `cd data; unmount
+    .` or a shell's `exec 3< data/f` would make it keep PATH busy itself, and name itself as a
+    holder to stop. It leaves PATH (stdin, stdout and stderr stay: the user asked for those)."""
+    inside = path.rstrip("/") + "/"
+    with suppress(OSError):
+        if (os.getcwd() + "/").startswith(inside):
+            os.chdir("/")
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue  # the directory listing's own descriptor, gone already
+        if int(name) > 2 and (target == path or target.startswith(inside)):
+            with suppress(OSError):
+                os.close(int(name))
+
+
 def unmount(ctx: Context, args: argparse.Namespace) -> int:
     path = absolute(args.path)
+    _let_go_of(path)
     with ctx.records.locked() as records:
         held = records.mount_at(path) or _adopt(records, path, ctx.records.staging_path)
         if held is None:
