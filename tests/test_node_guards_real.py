@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import grpc
 import pytest
 
+from csi_hostpath._pb import csi_pb2 as pb
 from tests import helpers as h
 from tests.conftest import Client
 from tests.needs import needs_fs
@@ -194,3 +196,49 @@ def test_case11_clones_and_restores_keep_the_source_kind(driver: Client, workdir
         volume_content_source=cases[2][2],
     )
     assert restored.volume_id
+
+
+def _namespace_copy_of_mounts() -> subprocess.Popen[bytes]:
+    """A process in a mount namespace of its own, made now: it holds a copy of every mount."""
+    holder = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sleep", "600"])
+    mine = os.stat("/proc/self/ns/mnt").st_ino
+    for _ in range(500):
+        try:
+            if os.stat(f"/proc/{holder.pid}/ns/mnt").st_ino != mine:
+                return holder
+        except FileNotFoundError:
+            pass
+        time.sleep(0.01)
+    holder.kill()
+    raise AssertionError("unshare made no mount namespace")
+
+
+def test_a_restage_that_must_grow_while_another_namespace_holds_the_mount_is_unavailable(
+    driver: Client, workdir: Path
+) -> None:
+    """Expanded while unstaged, an ext4 grows before it is mounted (e2fsck, resize2fs), which
+    can't be done while a copy of its old mount lives in another mount namespace: a retriable
+    UNAVAILABLE that names the process, never INTERNAL; the retry works once it is gone."""
+    cap = h.mount_cap("ext4")
+    vol = h.create(driver, "held", cap, 64 * MiB)
+    ctx = h.publish(driver, vol.volume_id, "node-a", cap)
+    staging, _ = _paths(workdir)
+    h.stage(driver, vol, staging, cap, ctx)
+    holder = _namespace_copy_of_mounts()
+    try:
+        h.unstage(driver, vol.volume_id, staging)
+        driver.controller.ControllerExpandVolume(
+            pb.ControllerExpandVolumeRequest(
+                volume_id=vol.volume_id, capacity_range=pb.CapacityRange(required_bytes=128 * MiB)
+            )
+        )
+        err = h.expect_code(grpc.StatusCode.UNAVAILABLE, h.stage, driver, vol, staging, cap, ctx)
+        assert f"pid {holder.pid} (sleep" in (err.details() or ""), err.details()
+        assert "another mount namespace" in (err.details() or "")
+        assert not h.mounted(staging)
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+    h.stage(driver, vol, staging, cap, ctx)
+    assert os.statvfs(staging).f_blocks * os.statvfs(staging).f_frsize > 100 * MiB
+    h.unstage(driver, vol.volume_id, staging)

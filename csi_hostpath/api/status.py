@@ -44,6 +44,9 @@ STATUS_OF: dict[type[Exception], grpc.StatusCode] = {
     errors.Busy: grpc.StatusCode.ABORTED,
     errors.FreezeTimedOut: grpc.StatusCode.ABORTED,
     errors.BadPageToken: grpc.StatusCode.ABORTED,
+    # Transient, and not final to the kubelet (pkg/volume/csi/csi_client.go, isFinalError): the
+    # stage stays uncertain and is retried until the other mount namespace lets go.
+    errors.HeldElsewhere: grpc.StatusCode.UNAVAILABLE,
     NoSpace: grpc.StatusCode.RESOURCE_EXHAUSTED,  # NoSpaceLeft (ENOSPC, EDQUOT) too
     # The system layer's typed failures (system/errors.py); the rest of them are INTERNAL.
     ResourceBusy: grpc.StatusCode.FAILED_PRECONDITION,

@@ -110,6 +110,11 @@ class TargetBusy(DriverError):
     """A path can't be unmounted now: a process or a nested mount holds it (the CO retries)."""
 
 
+class HeldElsewhere(DriverError):
+    """The volume's device is still in use by a mount this plugin can't see (a copy of an old
+    mount in another mount namespace); the call succeeds once it goes (UNAVAILABLE)."""
+
+
 class ForeignMount(DriverError):
     """Something other than the volume is mounted where the volume is: never unmounted for it,
     and the volume is not torn down from under it (FAILED_PRECONDITION)."""

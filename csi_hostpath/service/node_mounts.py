@@ -14,6 +14,7 @@ from typing import Any
 from csi_hostpath.core import access
 from csi_hostpath.core.errors import (
     ForeignMount,
+    HeldElsewhere,
     Incompatible,
     InvalidRequest,
     NotStaged,
@@ -186,7 +187,7 @@ class NodeMounts:
             grow = self.system.devices.size(device) - fs_size >= GROW_SLACK
             if grow and fs_type == "ext4":
                 log.info("growing the ext4 of %s to its device before mounting", volume_id)
-                self.system.fs.grow_offline(device, fs_type)
+                self.grow_offline(volume_id, device)
                 grow = False
         options = list(cap.mount_flags)
         if cap.access_mode in access.READER_ONLY_MODES or read_only:
@@ -208,6 +209,20 @@ class NodeMounts:
         if grow:
             log.info("growing the %s of %s to its device", fs_type, volume_id)
             self.system.fs.grow(device, staging_path, fs_type)
+
+    def grow_offline(self, volume_id: str, device: str) -> None:
+        try:
+            self.system.fs.grow_offline(device, "ext4")
+        except ResourceBusy as e:
+            who = held_by(self.system.loop.holders(device)) or "by a mount this plugin can't see"
+            raise HeldElsewhere(
+                f"volume {volume_id} grew while it was unstaged, and its ext4 must grow with it "
+                f"before it is mounted, but {device} is still in use, {who}: a copy of its old "
+                "mount lives on in another mount namespace (a process that unshared its mounts, "
+                "or a container started, while the volume was staged). NodeStageVolume succeeds "
+                "once that process ends or unmounts it: stop it, or run "
+                "`nsenter -t PID -m umount MOUNT_POINT` with the PID and the mount point above"
+            ) from e
 
     def mounts_without(self, device: str, staging_path: str, fs_type: str) -> bool:
         """Does the device mount without the CO's flags? Then the flags were the problem."""

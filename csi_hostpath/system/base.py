@@ -83,7 +83,7 @@ class Holder:
 
     pid: int
     command: str
-    how: str  # "cwd", "root", "open file" or "mapped file"
+    how: str  # "cwd", "root", "open file", "mapped file" or where it mounts it in its namespace
 
     def __str__(self) -> str:
         return f"pid {self.pid} ({self.command}, {self.how})"

@@ -99,6 +99,35 @@ def _scan(wanted: Callable[[os.stat_result], bool], device: int) -> list[Holder]
     return found
 
 
+def _mount_namespace(pid: int | str) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/mnt").st_ino
+    except OSError:
+        return None
+
+
+def _mounted_elsewhere(device: int) -> list[Holder]:
+    """One process of each other mount namespace that mounts a filesystem from the device: a
+    copy of a mount made before it was unmounted here (unshare, a container's start) keeps the
+    device's filesystem in use though no mount here shows it."""
+    wanted = f"{os.major(device)}:{os.minor(device)}"
+    seen = {_mount_namespace("self")}
+    found: list[Holder] = []
+    for pid in psutil.pids():
+        namespace = _mount_namespace(pid)
+        if namespace in seen:
+            continue
+        seen.add(namespace)
+        try:
+            with open(f"/proc/{pid}/mountinfo", encoding="utf-8", errors="replace") as info:
+                points = [f[4] for f in (line.split(" ") for line in info) if f[2] == wanted]
+        except (OSError, IndexError):
+            continue
+        if points:
+            found.append(Holder(pid, _name(pid), f"mounts it at {points[0]} in its namespace"))
+    return found
+
+
 def holders_of_path(path: str) -> list[Holder]:
     """Processes using the filesystem mounted at path (this process excluded); for a block
     volume's target (a bind of a device node), the processes that have the device open."""
@@ -112,7 +141,8 @@ def holders_of_path(path: str) -> list[Holder]:
 
 
 def holders_of_device(device: str) -> list[Holder]:
-    """Processes that have the block device open, or use a filesystem mounted from it."""
+    """Processes that have the block device open, or use a filesystem mounted from it, or mount
+    one from it in a mount namespace of their own."""
     try:
         rdev = os.stat(device).st_rdev
     except OSError:
@@ -121,4 +151,4 @@ def holders_of_device(device: str) -> list[Holder]:
     def wanted(other: os.stat_result) -> bool:
         return other.st_dev == rdev or (stat.S_ISBLK(other.st_mode) and other.st_rdev == rdev)
 
-    return _scan(wanted, rdev)
+    return _scan(wanted, rdev) + _mounted_elsewhere(rdev)

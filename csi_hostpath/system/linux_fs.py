@@ -9,7 +9,7 @@ import os
 import struct
 
 from csi_hostpath.system.base import CommandError, FsStats
-from csi_hostpath.system.errors import command_error
+from csi_hostpath.system.errors import command_error, syscall_error
 from csi_hostpath.system.linux_loop import (
     LOOP_GET_STATUS64,
     LOOP_INFO64,
@@ -165,6 +165,19 @@ def _ext4_resize_refusal(mount_point: str, device: str) -> int | None:
     return None
 
 
+def _refuse_if_mounted(device: str) -> None:
+    """EBUSY (ResourceBusy) when a filesystem on the device is mounted anywhere on this kernel,
+    as the kernel says it: an exclusive open fails while a superblock holds the device, in
+    whatever mount namespace. e2fsck opens it so too, but only says "Cannot continue" (exit 8)."""
+    try:
+        fd = os.open(device, os.O_RDONLY | os.O_EXCL | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.EBUSY:
+            raise syscall_error("open(O_EXCL)", device, exc) from exc
+        raise
+    os.close(fd)
+
+
 class LinuxFs:
     def probe(self, device: str) -> str | None:
         # blkid answers "nothing found" (2) for a missing device too; a volume must never look
@@ -215,6 +228,7 @@ class LinuxFs:
     def grow_offline(self, device: str, fs_type: str) -> None:
         if fs_type != "ext4":
             raise ValueError(f"offline grow is for ext4 only, not {fs_type!r}")
+        _refuse_if_mounted(device)
         try:
             # -p repairs only what is safe without asking; resize2fs refuses an unchecked fs.
             run(["e2fsck", "-f", "-p", device], timeout=_FS_TOOL_TIMEOUT)
