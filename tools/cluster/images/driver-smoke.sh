@@ -2,10 +2,17 @@
 # Runs INSIDE the driver image. With no argument (buildah run, before the image is published):
 # the CLI answers --help, and `serve` on a socket in a temp directory answers the CSI Identity
 # calls. With a SOCKET (`images.sh check`, beside the image's own entrypoint serving it): only
-# asks SOCKET. Prints one last line naming the plugin and its readiness.
+# asks SOCKET. Either way the node plugin's tools must be there. Prints one last line naming the
+# plugin and its readiness.
 set -eu
 
 version=$(csi-hostpath --version)
+# What the node plugin shells out to (csi_hostpath/system/linux*.py), and libudev, which pyudev
+# loads for the kernel's loop-device uevents.
+for tool in blkid mkfs.ext4 e2fsck resize2fs mkfs.xfs xfs_growfs mount umount; do
+  command -v "$tool" >/dev/null || { echo "driver-smoke: $tool is not in the image" >&2; exit 1; }
+done
+python3 -c 'import pyudev; pyudev.Monitor.from_netlink(pyudev.Context(), source="kernel")'
 if [ $# -eq 1 ]; then
   sock=$1
 else
