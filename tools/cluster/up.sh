@@ -347,7 +347,7 @@ main() {
   log "a pod on every node"
   check_pods
   trap - EXIT
-  log "up in $((SECONDS - start))s: $CLUSTER_NODES nodes, Kubernetes $("$KUBECTL" version --client -o json | jq -r .clientVersion.gitVersion)"
+  log "up in $((SECONDS - start))s: $CLUSTER_NODES nodes, Kubernetes $("$KUBECTL" version --client | sed -n 's/^Client Version: //p')"
   log "kubectl: export KUBECONFIG=$CLUSTER_RUN/kubeconfig PATH=$CLUSTER_RUN/bin:\$PATH"
   echo "$CLUSTER_RUN/kubeconfig"
 }
