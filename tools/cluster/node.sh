@@ -3,8 +3,8 @@
 # and IPC namespaces, its own containerd, kubelet and kube-proxy.
 #
 #   tools/cluster/node.sh create NODE           namespaces, veth, mounts and the node's init
-#   tools/cluster/node.sh start NODE COMPONENT  start containerd (and wait for it), kubelet or
-#                                               kube-proxy in it
+#   tools/cluster/node.sh start NODE COMPONENT  start containerd or the kubelet (and wait for
+#                                               it to answer), or kube-proxy, in it
 #   tools/cluster/node.sh stop NODE COMPONENT   end that component (SIGTERM, then SIGKILL)
 #   tools/cluster/node.sh down NODE             the node is gone, as `docker stop` of a kind node:
 #                                               every process of it killed, its mounts and /run
@@ -187,10 +187,16 @@ start() {
   )
   started=$(child_of "$starter") || { tail_log "$name.$component"; die "node $name: $component did not start"; }
   echo "$started" >"$pid"
-  if [ "$component" = containerd ]; then
-    wait_for "$name containerd" "$CLUSTER_TIMEOUT" "$name.containerd" \
-      in_node "$name" ctr --address /run/containerd/containerd.sock version
-  fi
+  case "$component" in
+    containerd)
+      wait_for "$name containerd" "$CLUSTER_TIMEOUT" "$name.containerd" \
+        in_node "$name" ctr --address /run/containerd/containerd.sock version
+      ;;
+    kubelet)
+      wait_for "$name kubelet health" "$CLUSTER_TIMEOUT" "$name.kubelet" \
+        in_node "$name" curl -fsS --max-time 2 http://127.0.0.1:10248/healthz
+      ;;
+  esac
 }
 
 node_processes() {
