@@ -18,7 +18,7 @@ from csi_hostpath.doctor_finding import (
     nearest_existing,
     writable_dir,
 )
-from csi_hostpath.store.identity_adopt import quarantine_dir, quarantined_files
+from csi_hostpath.store.identity_adopt import quarantine_dir, quarantined_files, strays
 from csi_hostpath.store.identity_owner import DB_ID_KEY, read_owner, rebuild_command
 from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.linux import FICLONE
@@ -51,7 +51,27 @@ def check_pool(pool_dir: Path) -> list[Finding]:
         findings.append(Finding("pool-space", "ok", space))
     findings.append(_check_reflink(probe, fs))
     findings.append(check_quarantine(pool_dir))
+    findings.append(check_strays(pool_dir))
     return findings
+
+
+def check_strays(pool_dir: Path) -> Finding:
+    """Files in volumes/ or snapshots/ named like no volume or snapshot: the controller neither
+    adopts nor quarantines them, so nothing else would ever say they are there."""
+    found = strays(PoolLayout(pool_dir))
+    if not found:
+        return Finding("pool-strays", "ok", "every file in volumes/ and snapshots/ is the driver's")
+    names = ", ".join(f"{p.parent.name}/{p.name}" for p in found[:5])
+    more = f" and {len(found) - 5} more" if len(found) > 5 else ""
+    return Finding(
+        "pool-strays",
+        "warn",
+        f"{len(found)} file(s) in {pool_dir} that are no volume or snapshot: {names}{more}",
+        "the driver only knows volumes/vol-<32 hex digits>.img and snapshots/snap-<id>.img, and "
+        "neither uses nor deletes anything else. A volume's file renamed by hand: rename it back "
+        "and restart the controller, which adopts it; someone's data: copy it out (losetup -r, "
+        "mount -o ro) and move it elsewhere; garbage: delete it by hand",
+    )
 
 
 def check_quarantine(pool_dir: Path) -> Finding:

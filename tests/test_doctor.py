@@ -339,3 +339,36 @@ def test_exit_code_is_one_only_when_something_fails() -> None:
     assert exit_code(iter([fail])) == 1
     with pytest.raises(ValueError, match="status must be one of"):
         Finding("d", "error", "typo")  # type: ignore[arg-type]
+
+
+def test_files_in_the_pool_named_like_no_volume_are_reported_and_kept(workdir: Path) -> None:
+    """adopt_pool takes only vol-<id>.img and snap-<id>.img; anything else in volumes/ or
+    snapshots/ was neither adopted nor quarantined nor reported. Doctor names it; nothing
+    deletes it, a controller's restart included."""
+    from csi_hostpath.doctor_pool import check_strays
+    from csi_hostpath.system.fake import fake_system
+    from tests import helpers as h
+    from tests.conftest import in_process
+
+    pool = workdir / "d-state" / "pool"
+    with in_process(workdir, "d", system=fake_system) as client:
+        volume_id = h.create(client, "kept", h.block_cap(), 16 << 20).volume_id
+    assert check_strays(pool).status == "ok"
+    strays = [
+        pool / "volumes" / "backup.img",
+        pool / "volumes" / "vol-123.img",  # not a volume ID
+        pool / "volumes" / f"{volume_id}.img.bak",
+        pool / "snapshots" / "notes.txt",
+    ]
+    for path in strays:
+        path.write_bytes(b"someone's data")
+    with in_process(workdir, "d", system=fake_system):
+        pass  # a controller's start: adopts and quarantines what is the driver's, no more
+    found = check_strays(pool)
+    assert found.status == "warn", found
+    for path in strays:
+        assert f"{path.parent.name}/{path.name}" in found.detail
+        assert path.read_bytes() == b"someone's data"
+    assert f"volumes/{volume_id}.img" not in found.detail.replace(".img.bak", "")
+    assert "4 file(s)" in found.detail and "rename it back" in found.fix
+    assert "pool-strays" in {f.check for f in diagnose(workdir / "d-state", pool)}

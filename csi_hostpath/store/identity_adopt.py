@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,29 @@ def quarantined_files(layout: PoolLayout) -> list[Path]:
         for p in directory.iterdir()
         if p.is_file() and not p.name.endswith((".why.json", identity.SIDECAR_SUFFIX))
     )
+
+
+# What the driver keeps beside a volume's or snapshot's file: its identity sidecar, the intent of
+# a create in flight, a copy being written.
+_COMPANIONS = (identity.SIDECAR_SUFFIX, identity.INTENT_SUFFIX, ".tmp")
+
+
+def _is_pool_file(name: str, is_id: Callable[[str], bool]) -> bool:
+    for suffix in _COMPANIONS:
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    return name.endswith(".img") and is_id(name[: -len(".img")])
+
+
+def strays(layout: PoolLayout) -> list[Path]:
+    """Entries of volumes/ and snapshots/ that are no volume's or snapshot's file (vol-<id>.img,
+    snap-<id>.img) nor kept beside one: adopt_pool never takes them, and nothing deletes them."""
+    found: list[Path] = []
+    for directory, is_id in ((layout.volumes, is_volume_id), (layout.snapshots, is_snapshot_id)):
+        if directory.is_dir():
+            found += sorted(p for p in directory.iterdir() if not _is_pool_file(p.name, is_id))
+    return found
 
 
 def adopt_pool(store: Store, layout: PoolLayout) -> AdoptReport:
