@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -21,7 +22,9 @@ from pathlib import Path
 BACKING_SIZE = 1 << 20
 
 
-def _detach_backed_under(root: str) -> None:
+def _detach_backed_under(root: str) -> int:
+    """Detach the devices backed by files below root; how many there were."""
+    found = 0
     for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
         try:
             path = backing.read_text().rstrip("\n").removesuffix(" (deleted)")
@@ -30,6 +33,22 @@ def _detach_backed_under(root: str) -> None:
         if path.startswith(root + "/"):
             device = f"/dev/{backing.parent.parent.name}"
             subprocess.run(["losetup", "-d", device], capture_output=True, check=False)
+            found += 1
+    return found
+
+
+def _stop_group(child: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the churn and the losetup it may be running (a losetup left alive would attach
+    after the sweep below), then wait until none of them is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGKILL)
+    child.wait(timeout=20)  # reaped: a zombie would still count as one of the group
+    for _ in range(200):
+        try:
+            os.killpg(child.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
 
 
 def churn(root: str) -> None:
@@ -62,21 +81,22 @@ def loop_churn() -> Iterator[subprocess.Popen[bytes]]:
     child = subprocess.Popen(
         [sys.executable, "-c", f"from tests.loop_churn import churn; churn({root!r})"],
         cwd=Path(__file__).resolve().parent.parent,
+        start_new_session=True,
     )
     try:
         yield child
     finally:
-        child.terminate()
-        try:
-            child.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait(timeout=20)
-        _detach_backed_under(root)
+        _stop_group(child)
+        for _ in range(100):  # a device in rundown may need a moment before it goes
+            if not _detach_backed_under(root):
+                break
+            time.sleep(0.1)
         shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":
+    # The churn runs in a session of its own: a SIGTERM here must still end it and sweep.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     with contextlib.suppress(KeyboardInterrupt), loop_churn() as proc:
         if len(sys.argv) > 1:
             time.sleep(float(sys.argv[1]))
