@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from csi_hostpath import doctor
-from csi_hostpath.doctor import Finding, diagnose, exit_code, render
+from csi_hostpath.doctor import Finding, diagnose, exit_code, machine, render
 from tests.needs import needs_fs, skip_unless_tools
 
 TOOLS = (
@@ -225,7 +224,7 @@ def test_a_missing_socket_while_a_daemon_runs_fails(state: Path, scratch: Path) 
 def test_no_loop_control_fails_with_modprobe_and_privileged_in_the_fix(
     state: Path, scratch: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(doctor, "LOOP_CONTROL", str(scratch / "loop-control"))
+    monkeypatch.setattr(machine, "LOOP_CONTROL", str(scratch / "loop-control"))
     findings = _by_check(diagnose(state, state))
 
     control = findings["loop-control"]
@@ -243,8 +242,8 @@ def test_kernel_filesystems_from_proc_and_modules(
     proc = scratch / "filesystems"
     modules = scratch / "modules"
     (modules / os.uname().release).mkdir(parents=True)
-    monkeypatch.setattr(doctor, "PROC_FILESYSTEMS", str(proc))
-    monkeypatch.setattr(doctor, "MODULES_DIR", str(modules))
+    monkeypatch.setattr(machine, "PROC_FILESYSTEMS", str(proc))
+    monkeypatch.setattr(machine, "MODULES_DIR", str(modules))
 
     proc.write_text("nodev\tproc\nnodev\ttmpfs\n\text4\n")
     findings = _by_check(diagnose(state, state))
@@ -268,7 +267,7 @@ def test_cap_sys_resource_is_read_from_capeff(
     state: Path, scratch: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     status = scratch / "status"
-    monkeypatch.setattr(doctor, "PROC_STATUS", str(status))
+    monkeypatch.setattr(machine, "PROC_STATUS", str(status))
 
     status.write_text("Name:\tpython\nCapPrm:\t000001ffffffffff\nCapEff:\t000001fffeffffff\n")
     cap = _by_check(diagnose(state, state))["cap-sys-resource"]
@@ -345,7 +344,7 @@ def test_files_in_the_pool_named_like_no_volume_are_reported_and_kept(workdir: P
     """adopt_pool takes only vol-<id>.img and snap-<id>.img; anything else in volumes/ or
     snapshots/ was neither adopted nor quarantined nor reported. Doctor names it; nothing
     deletes it, a controller's restart included."""
-    from csi_hostpath.doctor_pool import check_strays
+    from csi_hostpath.doctor.pool import check_strays
     from csi_hostpath.system.fake import fake_system
     from tests import helpers as h
     from tests.conftest import in_process

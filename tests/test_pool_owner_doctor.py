@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from csi_hostpath.doctor_pool import check_owner
+from csi_hostpath.doctor.pool import check_owner
 from csi_hostpath.store.identity_owner import rebuild_command
 from tests.conftest import in_process
 

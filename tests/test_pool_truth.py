@@ -20,7 +20,7 @@ import grpc
 import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
-from csi_hostpath.doctor_pool import check_quarantine
+from csi_hostpath.doctor.pool import check_quarantine
 from csi_hostpath.store import identity
 from csi_hostpath.store.identity_owner import PoolClaimRefused
 from tests import helpers as h

@@ -11,7 +11,7 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
-from csi_hostpath.doctor_finding import (
+from csi_hostpath.doctor.finding import (
     Finding,
     describe_fs,
     human_size,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from csi_hostpath.doctor_finding import Finding
+from csi_hostpath.doctor.finding import Finding
 from csi_hostpath.service.nodeloss import lost_volumes
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout

@@ -1,12 +1,5 @@
-"""`csi-hostpath doctor`: check a node for everything the driver needs, and say how to fix what
-is missing.
-
-Each check is independent, so one broken prerequisite does not hide the others, and each non-ok
-finding carries a concrete fix. The checks change nothing that matters: the lock is tested with a
-non-blocking flock released at once, the reflink test writes two small temporary files and removes
-them, and asking the kernel for a free loop device may add an unused /dev/loopN node. The state
-and pool directories are never created: a missing one is reported, as `serve` would create it.
-"""
+"""doctor: the machine's own checks: loop devices, the kernel's filesystems, capabilities and
+the tools the driver runs."""
 
 from __future__ import annotations
 
@@ -15,18 +8,11 @@ import os
 import shutil
 import stat
 import time
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from csi_hostpath.core.nodeloss import DEFAULT_LOST_AFTER
-from csi_hostpath.doctor_finding import STATUSES, Finding, Status, crashed, guarded
-from csi_hostpath.doctor_lost import check_lost
-from csi_hostpath.doctor_pool import check_owner, check_pool
-from csi_hostpath.doctor_state import check_lock, check_socket, check_state_dir
+from csi_hostpath.doctor.finding import Finding, Status
 from csi_hostpath.system.linux import LOOP_CONTROL, LOOP_CTL_GET_FREE
-
-__all__ = ["Finding", "diagnose", "exit_code", "render"]
 
 # Where the checks look; module attributes so that tests can point them at prepared files.
 SYS_BLOCK = "/sys/block"
@@ -79,68 +65,10 @@ TOOLS: tuple[_Tool, ...] = (
 )
 
 
-def diagnose(
-    state_dir: Path,
-    pool_dir: Path,
-    endpoint: str | None = None,
-    *,
-    path_env: str | None = None,
-    lost_after: float = DEFAULT_LOST_AFTER,
-) -> list[Finding]:
-    """Check this node for the driver; `path_env` is the PATH to look tools up on (default: ours).
-
-    Run it where the daemon runs (the node plugin's container): device nodes, capabilities, PATH
-    and mounts are what this process sees, and the daemon sees the same.
-    """
-    search_path = os.environ.get("PATH", os.defpath) if path_env is None else path_env
-    findings: list[Finding] = []
-    findings += guarded("loop-control", _check_loop_control)
-    findings += guarded("loop-devices", lambda: _check_loop_devices(pool_dir))
-    findings += guarded("kernel-fs", _check_kernel_filesystems)
-    findings += guarded("cap-sys-resource", _check_capabilities)
-    findings += guarded("tools", lambda: _check_tools(search_path))
-    findings += guarded("state-dir", lambda: [check_state_dir(state_dir)])
-    daemon_running = False
-    try:
-        lock, daemon_running = check_lock(state_dir)
-        findings.append(lock)
-    except Exception as exc:  # noqa: BLE001 - a crashed check is reported, not raised
-        findings.append(crashed("state-lock", exc))
-    if endpoint is not None:
-        findings += guarded(
-            "socket", lambda: [check_socket(endpoint, state_dir, daemon_running=daemon_running)]
-        )
-    findings += guarded("pool", lambda: check_pool(pool_dir))
-    findings += guarded("pool-owner", lambda: [check_owner(pool_dir, state_dir)])
-    findings += guarded("lost-volumes", lambda: check_lost(state_dir, pool_dir, lost_after))
-    return findings
-
-
-def render(findings: Sequence[Finding]) -> str:
-    """An aligned table, STATUS  CHECK  DETAIL, with a `fix:` line under each non-ok finding."""
-    width_status = max([len("STATUS"), *(len(f.status) for f in findings)])
-    width_check = max([len("CHECK"), *(len(f.check) for f in findings)])
-    indent = " " * (width_status + 2 + width_check + 2)
-    lines = [f"{'STATUS':<{width_status}}  {'CHECK':<{width_check}}  DETAIL"]
-    for finding in findings:
-        status = finding.status.upper()
-        lines.append(f"{status:<{width_status}}  {finding.check:<{width_check}}  {finding.detail}")
-        if finding.status != "ok" and finding.fix:
-            lines.append(f"{indent}fix: {finding.fix}")
-    counts = {status: sum(f.status == status for f in findings) for status in STATUSES}
-    lines += ["", ", ".join(f"{counts[status]} {status}" for status in STATUSES)]
-    return "\n".join(lines)
-
-
-def exit_code(findings: Iterable[Finding]) -> int:
-    """1 if anything fails (the driver would not work), else 0; warnings are limits, not errors."""
-    return 1 if any(finding.status == "fail" for finding in findings) else 0
-
-
 # --- loop devices ----------------------------------------------------------------------------
 
 
-def _check_loop_control() -> list[Finding]:
+def check_loop_control() -> list[Finding]:
     path = LOOP_CONTROL
     fix = f"load the loop driver on the host: `modprobe loop`; {_PRIVILEGED}"
     try:
@@ -175,7 +103,7 @@ def _loop_counts() -> tuple[int, int]:
     return present, configured
 
 
-def _check_loop_devices(pool_dir: Path) -> list[Finding]:
+def check_loop_devices(pool_dir: Path) -> list[Finding]:
     present, configured = _loop_counts()
     counts = f"{present} loop devices, {configured} attached"
     try:
@@ -234,7 +162,7 @@ def _find_module(release: str, fs: str) -> str | None:
     return str(found[0]) if found else None
 
 
-def _check_kernel_filesystems() -> list[Finding]:
+def check_kernel_filesystems() -> list[Finding]:
     registered = _registered_filesystems()
     release = os.uname().release
     wanted: tuple[tuple[str, Status, str], ...] = (
@@ -270,7 +198,7 @@ def _check_kernel_filesystems() -> list[Finding]:
     return findings
 
 
-def _check_capabilities() -> list[Finding]:
+def check_capabilities() -> list[Finding]:
     # This process's capabilities stand for the daemon's: run the doctor in the daemon's
     # container (kubectl exec) and both get the same set.
     with open(PROC_STATUS, encoding="utf-8") as handle:
@@ -302,7 +230,7 @@ def _check_capabilities() -> list[Finding]:
 # --- tools -----------------------------------------------------------------------------------
 
 
-def _check_tools(search_path: str) -> list[Finding]:
+def check_tools(search_path: str) -> list[Finding]:
     findings = []
     for tool in TOOLS:
         check = f"tool:{tool.name}"

@@ -8,7 +8,7 @@ import socket
 import stat
 from pathlib import Path
 
-from csi_hostpath.doctor_finding import Finding, nearest_existing, writable_dir
+from csi_hostpath.doctor.finding import Finding, nearest_existing, writable_dir
 
 PROC_LOCKS = "/proc/locks"
 _SOCKET_TIMEOUT_SECONDS = 1.0
