@@ -62,7 +62,7 @@ LABEL org.opencontainers.image.title="csi-hostpath" \
 # shells out to the rest (csi_hostpath/system/linux.py; loop devices themselves are driven with
 # ioctls): blkid (util-linux), mkfs.ext4, e2fsck and resize2fs (e2fsprogs), mkfs.xfs and
 # xfs_growfs (xfsprogs), mount and umount (mount). pyudev loads libudev1 for the kernel's
-# loop-device uevents (csi_hostpath/system/linux_uevents.py). No build tools are installed here.
+# loop-device uevents (csi_hostpath/system/linux/uevents.py). No build tools are installed here.
 #
 # DL3008 is ignored for the reason given in the builder stage (Debian keeps only the newest
 # version of each package in a release, so a version pin stops building).

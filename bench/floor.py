@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-# The driver's mkfs options (csi_hostpath/system/linux_fs.py, _MKFS): lazy init keeps mkfs fast.
+# The driver's mkfs options (csi_hostpath/system/linux/fs.py, _MKFS): lazy init keeps mkfs fast.
 MKFS: dict[str, list[str]] = {
     "ext4": ["mkfs.ext4", "-F", "-q", "-E", "lazy_itable_init=1,lazy_journal_init=1"],
     "xfs": ["mkfs.xfs", "-f", "-q"],

@@ -25,7 +25,7 @@ import pytest
 
 from csi_hostpath.core.naming import loop_tag
 from csi_hostpath.system.base import LoopDevice
-from csi_hostpath.system.linux_loop import LinuxLoop
+from csi_hostpath.system.linux.loop import LinuxLoop
 from tests import helpers as h
 
 pytestmark = pytest.mark.real

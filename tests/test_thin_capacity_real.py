@@ -157,7 +157,7 @@ def test_create_volume_measures_only_the_volumes_that_changed(
 ) -> None:
     """The thin rule needs every volume's allocation; a stat of each on every CreateVolume cost
     25 ms with 2,000 volumes. Unchanged volumes are counted from a cache."""
-    from csi_hostpath.system.linux_pool import LinuxPool
+    from csi_hostpath.system.linux.pool import LinuxPool
 
     for n in range(30):
         h.create(driver, f"idle-{n}", h.block_cap(), MiB)

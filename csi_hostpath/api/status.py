@@ -14,7 +14,7 @@ from csi_hostpath.api import required
 from csi_hostpath.core import errors
 from csi_hostpath.core.fullness import is_disk_full
 from csi_hostpath.system.base import CommandError, NoSpace, ResourceBusy, TimedOut
-from csi_hostpath.system.mount_scope import shared_mountinfo
+from csi_hostpath.system.linux.mount_scope import shared_mountinfo
 
 log = logging.getLogger(__name__)
 

@@ -17,18 +17,21 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from csi_hostpath.system import linux_loop, linux_mounts, linux_statmount, mount_scope
 from csi_hostpath.system.linux import (
     LO_FLAGS_DIRECT_IO,
     LOOP_CONFIGURE,
     LinuxFs,
     LinuxLoop,
     LinuxMounts,
+    mount_scope,
     parse_mountinfo,
     read_mountinfo,
     topmost,
     unescape_mountinfo,
 )
+from csi_hostpath.system.linux import loop as linux_loop
+from csi_hostpath.system.linux import mounts as linux_mounts
+from csi_hostpath.system.linux import statmount as linux_statmount
 
 from .conftest import real_unavailable
 

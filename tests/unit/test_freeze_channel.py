@@ -22,7 +22,7 @@ from csi_hostpath.service.node_freeze_remote import FreezeServer
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.freeze_channel import FreezeChannel
 from csi_hostpath.store.pool import PoolLayout
-from csi_hostpath.system.fake_kernel import FakeKernel
+from csi_hostpath.system.fake.kernel import FakeKernel
 from tests.unit.test_node_freeze import VOL, _mounted
 
 NODE = "node-a"

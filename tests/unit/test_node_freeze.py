@@ -12,7 +12,7 @@ from csi_hostpath.core.errors import FreezeTimedOut
 from csi_hostpath.service.node_freeze import Freezes
 from csi_hostpath.system.base import System
 from csi_hostpath.system.fake import fake_system
-from csi_hostpath.system.fake_kernel import FakeKernel
+from csi_hostpath.system.fake.kernel import FakeKernel
 
 VOL = "vol-" + "a" * 32
 

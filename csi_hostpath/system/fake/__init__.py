@@ -33,7 +33,7 @@ from csi_hostpath.system.base import (
     System,
 )
 from csi_hostpath.system.errors import NotPermitted
-from csi_hostpath.system.fake_kernel import (
+from csi_hostpath.system.fake.kernel import (
     _BYTES_PER_INODE,
     _MKFS_EXIT,
     _SUPPORTED_FS,
@@ -45,10 +45,10 @@ from csi_hostpath.system.fake_kernel import (
     _fake_index,
     _FsHeader,
 )
-from csi_hostpath.system.fake_mounts import FakeMounts
+from csi_hostpath.system.fake.mounts import FakeMounts
 from csi_hostpath.system.iolimits import FakeIoTuner
-from csi_hostpath.system.linux_loop import encode_tag
-from csi_hostpath.system.linux_pool import LinuxPool
+from csi_hostpath.system.linux.loop import encode_tag
+from csi_hostpath.system.linux.pool import LinuxPool
 
 # The kernel and the mounts live in fake_kernel.py and fake_mounts.py; callers import from here.
 __all__ = [

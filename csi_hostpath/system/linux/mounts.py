@@ -4,21 +4,18 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import logging
 import os
 import re
 import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from csi_hostpath.system import linux_statmount, mount_scope
 from csi_hostpath.system.base import CommandError, Holder, MountEntry
 from csi_hostpath.system.errors import command_error, syscall_error
 from csi_hostpath.system.holders import holders_of_path
+from csi_hostpath.system.linux import mount_scope, statmount
+from csi_hostpath.system.linux._log import log
 from csi_hostpath.system.runner import run
-
-# Logged under the name the layer had before it was split into modules.
-log = logging.getLogger("csi_hostpath.system.linux")
 
 # --- mountinfo -----------------------------------------------------------------------------------
 
@@ -104,17 +101,17 @@ def find_mount(path: str) -> MountEntry | None:
     global _statmount_works  # noqa: PLW0603 - learnt once per process
     if _statmount_works:
         try:
-            return linux_statmount.find(path)
-        except linux_statmount.Unsupported as exc:
+            return statmount.find(path)
+        except statmount.Unsupported as exc:
             if exc.kernel_wide:
                 _statmount_works = False
             log.debug("%s; reading mountinfo", exc)
-    snapshot = mount_scope.current()
-    if snapshot is None:
+    parsed = mount_scope.current()
+    if parsed is None:
         return topmost(read_mountinfo_at(path), path)
-    if snapshot.records is None:  # the RPC's one parse, shared by its later lookups
-        snapshot.records = read_mountinfo()
-    return topmost(snapshot.records, path)
+    if parsed.records is None:  # the RPC's one parse, shared by its later lookups
+        parsed.records = read_mountinfo()
+    return topmost(parsed.records, path)
 
 
 def topmost(records: Sequence[MountRecord], mount_point: str) -> MountEntry | None:

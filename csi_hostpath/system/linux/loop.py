@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import logging
 import os
 import re
 import stat
@@ -19,10 +18,8 @@ from typing import NamedTuple
 
 from csi_hostpath.system.base import Holder, LoopDevice
 from csi_hostpath.system.holders import holders_of_device
-from csi_hostpath.system.linux_uevents import watch_loop_devices
-
-# Logged under the name the layer had before it was split into modules.
-log = logging.getLogger("csi_hostpath.system.linux")
+from csi_hostpath.system.linux._log import log
+from csi_hostpath.system.linux.uevents import watch_loop_devices
 
 # --- ioctl numbers (linux/loop.h, linux/fs.h) ----------------------------------------------------
 LOOP_CLR_FD = 0x4C01

@@ -14,7 +14,7 @@ from csi_hostpath.system.base import (
     MountEntry,
 )
 from csi_hostpath.system.errors import command_error
-from csi_hostpath.system.fake_kernel import (
+from csi_hostpath.system.fake.kernel import (
     _ATIME_FLAGS,
     _DEVTMPFS_NUMBER,
     _LOOP_MAJOR,

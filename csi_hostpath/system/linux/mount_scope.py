@@ -16,28 +16,30 @@ from typing import Any
 
 
 @dataclass
-class Snapshot:
-    records: list[Any] | None = None  # linux_mounts.MountRecord; None until the first lookup
+class ParsedMountinfo:
+    """One RPC's parse of mountinfo, shared by its lookups until the mount table changes."""
+
+    records: list[Any] | None = None  # mounts.MountRecord; None until the first lookup
 
 
-_CURRENT: ContextVar[Snapshot | None] = ContextVar("csi_hostpath_mountinfo", default=None)
+_CURRENT: ContextVar[ParsedMountinfo | None] = ContextVar("csi_hostpath_mountinfo", default=None)
 
 
 @contextlib.contextmanager
 def shared_mountinfo() -> Iterator[None]:
-    token = _CURRENT.set(Snapshot())
+    token = _CURRENT.set(ParsedMountinfo())
     try:
         yield
     finally:
         _CURRENT.reset(token)
 
 
-def current() -> Snapshot | None:
+def current() -> ParsedMountinfo | None:
     return _CURRENT.get()
 
 
 def changed() -> None:
     """The mount table changed under this RPC: the next lookup parses mountinfo again."""
-    snapshot = _CURRENT.get()
-    if snapshot is not None:
-        snapshot.records = None
+    parsed = _CURRENT.get()
+    if parsed is not None:
+        parsed.records = None

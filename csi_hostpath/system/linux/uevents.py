@@ -10,12 +10,11 @@ enumeration was 30 to 47 times slower (docs/benchmarks.md, "pyudev").
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
 import pyudev
 
-log = logging.getLogger("csi_hostpath.system.linux")
+from csi_hostpath.system.linux._log import log
 
 
 def watch_loop_devices(changed: Callable[[str], None]) -> Callable[[], None]:

@@ -12,14 +12,14 @@ from pathlib import Path
 
 from csi_hostpath.system.base import System
 from csi_hostpath.system.iolimits import LinuxIoTuner
-from csi_hostpath.system.linux_fs import (
+from csi_hostpath.system.linux.fs import (
     FIFREEZE,
     FITHAW,
     FS_IOC_SHUTDOWN,
     FS_SHUTDOWN_NOSYNC,
     LinuxFs,
 )
-from csi_hostpath.system.linux_loop import (
+from csi_hostpath.system.linux.loop import (
     BLKGETSIZE64,
     BLKROSET,
     LO_FLAGS_DIRECT_IO,
@@ -35,7 +35,7 @@ from csi_hostpath.system.linux_loop import (
     encode_tag,
     loop_index,
 )
-from csi_hostpath.system.linux_mounts import (
+from csi_hostpath.system.linux.mounts import (
     MOUNTINFO,
     LinuxMounts,
     MountRecord,
@@ -47,7 +47,7 @@ from csi_hostpath.system.linux_mounts import (
     topmost,
     unescape_mountinfo,
 )
-from csi_hostpath.system.linux_pool import FICLONE, LinuxPool
+from csi_hostpath.system.linux.pool import FICLONE, LinuxPool
 from csi_hostpath.system.runner import missing_tools
 
 __all__ = [

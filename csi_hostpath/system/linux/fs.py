@@ -4,24 +4,21 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import logging
 import os
 import struct
 
 from csi_hostpath.system.base import CommandError, FsStats
 from csi_hostpath.system.errors import command_error, syscall_error
-from csi_hostpath.system.linux_loop import (
+from csi_hostpath.system.linux._log import log
+from csi_hostpath.system.linux.loop import (
     LOOP_GET_STATUS64,
     LOOP_INFO64,
     SYS_BLOCK,
     loop_index,
     read_sys,
 )
-from csi_hostpath.system.linux_mounts import read_mountinfo_at, topmost
+from csi_hostpath.system.linux.mounts import read_mountinfo_at, topmost
 from csi_hostpath.system.runner import run
-
-# Logged under the name the layer had before it was split into modules.
-log = logging.getLogger("csi_hostpath.system.linux")
 
 # --- ioctl numbers (linux/fs.h) ------------------------------------------------------------------
 FS_IOC_SHUTDOWN = 0x8004587D  # _IOR('X', 125, __u32); also EXT4_IOC_SHUTDOWN / XFS_IOC_GOINGDOWN
