@@ -366,7 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         from csi_hostpath.endpoint import EndpointRefused
         from csi_hostpath.server import StateDirLocked, serve
-        from csi_hostpath.store.identity_owner import PoolClaimRefused
+        from csi_hostpath.store.backing.owner import PoolClaimRefused
         from csi_hostpath.store.open_state import StateUnreadable
 
         try:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from csi_hostpath.store.identity import read_identity
+from csi_hostpath.store.backing.identity import read_identity
 from csi_hostpath.volume_cli.kernel import loops_backed_below, mount_source, mounts_below
 from csi_hostpath.volume_cli.quantity import format_bytes
 from csi_hostpath.volume_cli.records import Records, RecordsError, RecordsFile

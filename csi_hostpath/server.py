@@ -94,7 +94,7 @@ class Driver:
     started: threading.Event
     metrics_server: Any = None
     copies: CopyPool | None = None
-    pool_claim: Any = None  # store.identity_owner.PoolClaim, held while a controller serves
+    pool_claim: Any = None  # store.backing.owner.PoolClaim, held while a controller serves
     headroom: Headroom | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from csi_hostpath.doctor.pool import check_owner
-from csi_hostpath.store.identity_owner import rebuild_command
+from csi_hostpath.store.backing.owner import rebuild_command
 from tests.conftest import in_process
 
 pytestmark = pytest.mark.real

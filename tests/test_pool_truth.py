@@ -21,8 +21,8 @@ import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.doctor.pool import check_quarantine
-from csi_hostpath.store import identity
-from csi_hostpath.store.identity_owner import PoolClaimRefused
+from csi_hostpath.store.backing import identity
+from csi_hostpath.store.backing.owner import PoolClaimRefused
 from tests import helpers as h
 from tests.conftest import Client, in_process
 

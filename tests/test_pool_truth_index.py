@@ -13,10 +13,10 @@ import pytest
 from csi_hostpath.core import ledger
 from csi_hostpath.core.model import AccessMode, AccessType, Capability, Publication, Volume
 from csi_hostpath.core.naming import new_volume_id
-from csi_hostpath.store import identity
+from csi_hostpath.store.backing import identity
+from csi_hostpath.store.backing.adopt import adopt_pool, quarantined_files
+from csi_hostpath.store.backing.owner import PoolClaimRefused, claim_pool
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.identity_adopt import adopt_pool, quarantined_files
-from csi_hostpath.store.identity_owner import PoolClaimRefused, claim_pool
 from csi_hostpath.store.pool import PoolLayout
 
 CAP = Capability(AccessType.BLOCK, AccessMode.SINGLE_NODE_WRITER)

@@ -7,7 +7,6 @@ import errno
 import fcntl
 import json
 import os
-import sqlite3
 import tempfile
 from pathlib import Path
 
@@ -18,8 +17,9 @@ from csi_hostpath.doctor.finding import (
     nearest_existing,
     writable_dir,
 )
-from csi_hostpath.store.identity_adopt import quarantine_dir, quarantined_files, strays
-from csi_hostpath.store.identity_owner import DB_ID_KEY, read_owner, rebuild_command
+from csi_hostpath.store.backing.adopt import quarantine_dir, quarantined_files, strays
+from csi_hostpath.store.backing.owner import read_owner, rebuild_command
+from csi_hostpath.store.connection import peek_database_id
 from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.linux import FICLONE
 
@@ -99,25 +99,9 @@ def check_quarantine(pool_dir: Path) -> Finding:
     )
 
 
-def _database_id(state_dir: Path) -> str | None:
-    """The ID a controller's database took when it claimed a pool (None: no database here, or
-    one that never claimed a pool, such as a node plugin's). Read-only: doctor changes nothing."""
-    db = state_dir / "state.db"
-    if not db.is_file():
-        return None
-    try:
-        with contextlib.closing(
-            sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True, timeout=1)
-        ) as c:
-            row = c.execute("SELECT value FROM meta WHERE key=?", (DB_ID_KEY,)).fetchone()
-    except sqlite3.Error:
-        return None
-    return str(row[0]) if row else None
-
-
 def check_owner(pool_dir: Path, state_dir: Path) -> Finding:
     """Which database owns the pool (POOL/.owner), and whether this state directory's
-    controller would be refused for it (store/identity_owner.py): a mistyped --state-dir, or a
+    controller would be refused for it (store/backing/owner.py): a mistyped --state-dir, or a
     second database on one pool."""
     owner = read_owner(PoolLayout(pool_dir))
     if owner is None:
@@ -133,7 +117,7 @@ def check_owner(pool_dir: Path, state_dir: Path) -> Finding:
         )
     if where == str(state_dir.absolute()):
         return Finding("pool-owner", "ok", f"owned by this state directory (database {theirs})")
-    mine = _database_id(state_dir)
+    mine = peek_database_id(state_dir / "state.db")
     if mine is None or mine == theirs:
         return Finding(
             "pool-owner",

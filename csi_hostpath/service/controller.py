@@ -50,7 +50,7 @@ from csi_hostpath.service.placement import (
 from csi_hostpath.service.pool_truth import discard, making
 from csi_hostpath.service.revocation import Revocations
 from csi_hostpath.service.volume_health import node_io_errors
-from csi_hostpath.store import identity
+from csi_hostpath.store.backing import identity
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.base import NoSpace, System

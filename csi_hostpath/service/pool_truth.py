@@ -11,10 +11,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from csi_hostpath.store import identity
+from csi_hostpath.store.backing import identity
+from csi_hostpath.store.backing.adopt import AdoptReport, adopt_pool
+from csi_hostpath.store.backing.owner import PoolClaim, claim_pool
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.identity_adopt import AdoptReport, adopt_pool
-from csi_hostpath.store.identity_owner import PoolClaim, claim_pool
 from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.base import NoSpace, Pool
 
@@ -26,7 +26,7 @@ def making(pool: Pool, path: Path, body: dict[str, Any]) -> Iterator[Callable[[]
     """Make a backing file under an intent. The caller creates the file, calls the yielded
     function to attach its identity, and commits the record; all inside the block. If anything
     fails the half-made file goes (it was never handed out); if all succeeds the intent is
-    cleared. A crash leaves an intent that start-up reads (store/identity_adopt.py)."""
+    cleared. A crash leaves an intent that start-up reads (store/backing/adopt.py)."""
     try:
         identity.begin(path, body)
         yield lambda: identity.write_identity(path, body)

@@ -10,8 +10,8 @@ import sqlite3
 from pathlib import Path
 
 from csi_hostpath.core.fullness import is_disk_full
+from csi_hostpath.store.backing.owner import rebuild_command
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.identity_owner import rebuild_command
 
 
 class StateUnreadable(RuntimeError):

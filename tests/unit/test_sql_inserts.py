@@ -1,6 +1,6 @@
 """Every INSERT in the package names its columns, so a column added by a migration never shifts
 a value into the wrong place (issue 12). The one positional INSERT left
-(store/identity_adopt.py, a restored hold) failed this test on the old code."""
+(store/backing/adopt.py, a restored hold) failed this test on the old code."""
 
 from __future__ import annotations
 

@@ -3,8 +3,8 @@
 Run by the controller at start, before it serves, and by `csi-hostpath state rebuild`. For each
 backing file that no record claims:
 
-- it carries an identity (store/identity.py): its record is re-adopted, so ListVolumes lists it
-  and a restore from it works again;
+- it carries an identity (store/backing/identity.py): its record is re-adopted, so ListVolumes
+  lists it and a restore from it works again;
 - it is what a crash left in its window (a ``*.tmp`` copy; a file without identity younger than
   its own unfinished intent, which was never handed out): it is removed;
 - anything else is moved to POOL/quarantine/ with a ``.why.json`` beside it, and reported.
@@ -23,13 +23,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from csi_hostpath.core.access import effective_readonly
-from csi_hostpath.core.model import AccessType, Volume
+from csi_hostpath.core.model import AccessType, Publication, Volume
 from csi_hostpath.core.naming import is_snapshot_id, is_volume_id
-from csi_hostpath.store import identity
+from csi_hostpath.store.backing import identity
 from csi_hostpath.store.db import Store
+from csi_hostpath.store.ledger import TokenFloor
 from csi_hostpath.store.pool import PoolLayout, write_atomically
 
 log = logging.getLogger(__name__)
@@ -239,19 +239,8 @@ def _keep_tokens_ahead(
     """Raise the volume's generation to every token already issued, and restore the holders a
     lease newer than the database lists. Returns whether anything changed."""
     lease = layout.read_lease(volume.volume_id)
-    with store._tx() as db:  # the store's own transaction: read and raise under one lock
-        row = db.execute(
-            "SELECT generation FROM volumes WHERE volume_id=?", (volume.volume_id,)
-        ).fetchone()
-        if row is None:
-            return False
-        current = int(row["generation"])
-        held = {
-            r["node_id"]
-            for r in db.execute(
-                "SELECT node_id FROM publications WHERE volume_id=?", (volume.volume_id,)
-            )
-        }
+
+    def plan(current: int, held: set[str]) -> TokenFloor:
         seen = [current, *(g for g, _ in staged.values())]
         holders: dict[str, int] = {}
         if lease is not None:
@@ -260,28 +249,23 @@ def _keep_tokens_ahead(
                 holders = lease.holders  # the lease is newer than this database's ledger
         elif not held:
             holders = {node: g for node, (g, _) in staged.items() if g > current}
-        newest = max(seen)
-        restored = [(n, g) for n, g in holders.items() if n not in held]
-        for node_id, generation in restored:
-            _restore_holder(db, volume, node_id, generation, staged.get(node_id))
-            store._audit(db, "pool", "restore-holder", volume.volume_id, node_id, generation, "")
-        if newest > current:
-            db.execute(
-                "UPDATE volumes SET generation=? WHERE volume_id=?", (newest, volume.volume_id)
-            )
-            reason = f"raised from {current}: tokens up to {newest} were already issued"
-            store._audit(db, "pool", "generation-floor", volume.volume_id, "", newest, reason)
-        return bool(restored) or newest > current
+        restored = tuple(
+            _restored_holder(volume, node_id, generation, staged.get(node_id))
+            for node_id, generation in holders.items()
+            if node_id not in held
+        )
+        return TokenFloor(max(seen), restored)
+
+    return store.keep_tokens_ahead(volume.volume_id, plan)
 
 
-def _restore_holder(
-    db: Any, volume: Volume, node_id: str, generation: int, staged: tuple[int, str] | None
-) -> None:
+def _restored_holder(
+    volume: Volume, node_id: str, generation: int, staged: tuple[int, str] | None
+) -> Publication:
     # The lease keeps who holds which token, not the mode: the volume's first capability stands
     # in for it (what the attacher asked at create time in almost every case).
     cap = volume.capabilities[0]
     access = AccessType(staged[1]) if staged and staged[1] in ("mount", "block") else None
-    access_type = access or cap.access_type
     log.warning(
         "pool: restoring %s's hold on %s under generation %d (mode %s assumed)",
         node_id,
@@ -289,16 +273,12 @@ def _restore_holder(
         generation,
         cap.access_mode.name,
     )
-    db.execute(
-        "INSERT OR IGNORE INTO publications (volume_id, node_id, access_mode, access_type, "
-        "readonly, generation, published_at) VALUES (?,?,?,?,?,?,?)",
-        (
-            volume.volume_id,
-            node_id,
-            int(cap.access_mode),
-            access_type.value,
-            int(effective_readonly(cap.access_mode, False)),
-            generation,
-            time.time(),
-        ),
+    return Publication(
+        volume_id=volume.volume_id,
+        node_id=node_id,
+        access_mode=cap.access_mode,
+        access_type=access or cap.access_type,
+        readonly=effective_readonly(cap.access_mode, False),
+        generation=generation,
+        published_at=time.time(),
     )

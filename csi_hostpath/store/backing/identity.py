@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from csi_hostpath.core.model import ContentSource, Snapshot, Volume
-from csi_hostpath.store.db import _caps_from_json, _caps_to_json
 from csi_hostpath.store.pool import write_atomically
+from csi_hostpath.store.rows import caps_from_json, caps_to_json
 
 XATTR = "user.csi-hostpath.identity"
 STORE_ENV = "CSI_HOSTPATH_IDENTITY_STORE"
@@ -53,7 +53,7 @@ def volume_identity(volume: Volume) -> dict[str, Any]:
         "id": volume.volume_id,
         "name": volume.name,
         "size_bytes": volume.capacity_bytes,
-        "capabilities": json.loads(_caps_to_json(volume.capabilities)),
+        "capabilities": json.loads(caps_to_json(volume.capabilities)),
         "access_types": sorted({c.access_type.value for c in volume.capabilities}),
         "fs_type": volume.fs_type,
         "parameters": dict(volume.parameters),
@@ -84,7 +84,7 @@ def volume_from_identity(body: dict[str, Any], size_bytes: int) -> Volume:
         volume_id=str(body["id"]),
         name=str(body["name"]),
         capacity_bytes=max(int(body["size_bytes"]), size_bytes),
-        capabilities=_caps_from_json(json.dumps(body["capabilities"])),
+        capabilities=caps_from_json(json.dumps(body["capabilities"])),
         fs_type=str(body.get("fs_type", "")),
         parameters={str(k): str(v) for k, v in dict(body.get("parameters") or {}).items()},
         content_source=ContentSource(str(source["kind"]), str(source["id"])) if source else None,

@@ -14,15 +14,12 @@ import json
 import os
 import socket
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout, write_atomically
-
-DB_ID_KEY = "db_id"
 
 
 class PoolClaimRefused(RuntimeError):
@@ -31,22 +28,6 @@ class PoolClaimRefused(RuntimeError):
 
 def rebuild_command(state_dir: Path, pool_dir: Path) -> str:
     return f"csi-hostpath state rebuild --state-dir {state_dir} --pool-dir {pool_dir} --take-over"
-
-
-def db_id(store: Store) -> tuple[str, bool]:
-    """This database's ID, created on first use; and whether the database is empty (no volume
-    and no snapshot: a new, emptied or truncated state.db)."""
-    # The store's own transaction (BEGIN IMMEDIATE): one writer decides the ID.
-    with store._tx() as db:
-        rows = db.execute(
-            "SELECT (SELECT COUNT(*) FROM volumes) + (SELECT COUNT(*) FROM snapshots)"
-        ).fetchone()[0]
-        row = db.execute("SELECT value FROM meta WHERE key=?", (DB_ID_KEY,)).fetchone()
-        if row is not None:
-            return str(row["value"]), rows == 0
-        new = uuid.uuid4().hex
-        db.execute("INSERT INTO meta (key, value) VALUES (?, ?)", (DB_ID_KEY, new))
-        return new, rows == 0
 
 
 def read_owner(layout: PoolLayout) -> dict[str, Any] | None:
@@ -89,7 +70,7 @@ def claim_pool(
             "first"
         ) from None
     try:
-        mine, fresh = db_id(store)
+        mine, fresh = store.database_id()
         owner = read_owner(layout)
         took_over = None
         if owner is not None and owner.get("db_id") != mine:

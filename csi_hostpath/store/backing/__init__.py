@@ -1,0 +1,2 @@
+"""The pool's backing files as the truth: each file's own identity (identity.py), the index
+rebuilt from the files at start (adopt.py), and which database owns the pool (owner.py)."""
