@@ -119,6 +119,13 @@ def test_kubernetes_staging_modules_are_its_release() -> None:
     assert not wrong, f"staging modules not at the pin: {wrong}"
 
 
+def test_ginkgo_is_the_release_e2e_test_is_built_with() -> None:
+    # ginkgo -p runs e2e.test as its workers; a CLI of another release than the library inside
+    # the binary warns at every run, and their parallel protocol may differ.
+    required, _ = _go_mod("kubernetes")
+    assert _pins()["GINKGO_VERSION"] == required["github.com/onsi/ginkgo/v2"]
+
+
 def test_help_names_the_interface() -> None:
     out = _run("--help")
     assert out.returncode == 0
@@ -164,7 +171,8 @@ def _all() -> list[str]:
     return [
         line.split()[0]
         for line in out.stdout.splitlines()
-        if line.split()[1] != "containerd" and line.split()[0] not in ("e2e.test", "agnhost")
+        if line.split()[1] != "containerd"
+        and line.split()[0] not in ("e2e.test", "agnhost", "ginkgo")
     ]
 
 

@@ -4,8 +4,8 @@
 #   tools/cluster/build.sh all            build the cluster's programs that are missing, then
 #                                         print one `NAME PATH` line for each
 #   tools/cluster/build.sh TARGET...      the same for groups or program names: all, e2e
-#                                         (e2e.test, agnhost), containerd (containerd, its runc
-#                                         shim, ctr), everything; `list` names the programs
+#                                         (e2e.test, agnhost, ginkgo), containerd (containerd,
+#                                         its runc shim, ctr), everything; `list` names them
 #   tools/cluster/build.sh path NAME      print where NAME is (or will be); builds nothing
 #   tools/cluster/build.sh list           print `NAME COMPONENT VERSION PACKAGE` per program
 #   tools/cluster/build.sh versions [T…]  print the version each built program reports
@@ -47,6 +47,7 @@ csi-snapshot-metadata   external-snapshot-metadata bin   github.com/kubernetes-c
 snapshot-metadata-crds  external-snapshot-metadata crds  github.com/kubernetes-csi/external-snapshot-metadata/client:config/crd
 e2e.test                kubernetes                 test  k8s.io/kubernetes/test/e2e
 agnhost                 kubernetes                 bin   k8s.io/kubernetes/test/images/agnhost
+ginkgo                  ginkgo                     bin   github.com/onsi/ginkgo/v2/ginkgo
 containerd              containerd                 bin   github.com/containerd/containerd/v2/cmd/containerd
 containerd-shim-runc-v2 containerd                 bin   github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
 ctr                     containerd                 bin   github.com/containerd/containerd/v2/cmd/ctr
@@ -57,8 +58,8 @@ EOF
 # Kubernetes e2e suite adds, `containerd` the fallback for a containerd too old for the kubelet.
 group() {
   case "$1" in
-    all) programs | awk '$2 != "containerd" && $1 != "e2e.test" && $1 != "agnhost" {print $1}' ;;
-    e2e) echo e2e.test agnhost ;;
+    all) programs | awk '$2 != "containerd" && $1 != "e2e.test" && $1 != "agnhost" && $1 != "ginkgo" {print $1}' ;;
+    e2e) echo e2e.test agnhost ginkgo ;;
     containerd) echo containerd containerd-shim-runc-v2 ctr ;;
     everything) programs | awk '{print $1}' ;;
     *) return 1 ;;
@@ -90,6 +91,7 @@ version_of() {
     external-snapshotter) echo "$CSI_SNAPSHOTTER_VERSION" ;;
     external-snapshot-metadata) echo "$CSI_SNAPSHOT_METADATA_VERSION" ;;
     containerd) echo "$CONTAINERD_VERSION" ;;
+    ginkgo) echo "$GINKGO_VERSION" ;;
     *) die "no pin for component '$1' in $here/versions.env" ;;
   esac
 }
@@ -186,6 +188,7 @@ ldflags() {
       pkg=github.com/containerd/containerd/v2/version
       f+=(-X "$pkg.Version=$v" -X "$pkg.Package=github.com/containerd/containerd/v2")
       ;;
+    ginkgo) ;; # its version is a constant of the module (types.VERSION)
     *) f+=(-X "main.version=$v") ;; # the kubernetes-csi sidecars
   esac
   echo "${f[*]}"
@@ -314,6 +317,7 @@ versions() {
       kubectl) echo "$name $("$p" version --client 2>&1 | head -1)" ;;
       etcdctl) echo "$name $("$p" version 2>&1 | head -1)" ;;
       helm) echo "$name $("$p" version --short 2>&1 | head -1)" ;;
+      ginkgo) echo "$name $("$p" version 2>&1 | head -1)" ;;
       containerd-shim-runc-v2) echo "$name $("$p" -v 2>&1 | sed -n 2p)" ;;
       *) echo "$name $("$p" --version 2>&1 | head -1)" ;;
     esac
