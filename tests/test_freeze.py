@@ -22,7 +22,7 @@ import grpc
 import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
-from csi_hostpath.service.node_freeze import TEST_HOLD_ENV
+from csi_hostpath.service.node.freeze import TEST_HOLD_ENV
 from csi_hostpath.system.base import System
 from csi_hostpath.system.linux import linux_system
 from tests import helpers as h

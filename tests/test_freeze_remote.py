@@ -1,7 +1,7 @@
 """Snapshot consistency in the chart's own shape, on real devices: a controller-only process and a
 node-only process (in its own mount namespace) share a pool; the controller asks the node, through
 the pool, to freeze the volume around its copy (service/freeze_remote.py,
-service/node_freeze_remote.py).
+service/node/freeze_remote.py).
 
 A writer appends fsync'd, numbered records into the node's mount while the controller cuts a
 snapshot. The cut must be a frozen filesystem: ext4 clears needs_recovery when it freezes, so the

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from csi_hostpath.service.node_freeze import TEST_HOLD_ENV
+from csi_hostpath.service.node.freeze import TEST_HOLD_ENV
 from tests.test_freeze import (
     _staged,
     always_thawed,

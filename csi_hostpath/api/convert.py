@@ -38,17 +38,6 @@ def capabilities(caps: Iterable[pb.VolumeCapability]) -> list[Capability]:
     return [capability(c, f"volume_capabilities[{i}]") for i, c in enumerate(caps)]
 
 
-def capability_to_pb(cap: Capability) -> pb.VolumeCapability:
-    mode = pb.VolumeCapability.AccessMode.Mode.ValueType(int(cap.access_mode))
-    out = pb.VolumeCapability(access_mode=pb.VolumeCapability.AccessMode(mode=mode))
-    if cap.access_type == AccessType.BLOCK:
-        out.block.SetInParent()
-    else:
-        out.mount.fs_type = cap.fs_type
-        out.mount.mount_flags.extend(cap.mount_flags)
-    return out
-
-
 def content_source(request: pb.CreateVolumeRequest) -> ContentSource | None:
     if not request.HasField("volume_content_source"):
         return None

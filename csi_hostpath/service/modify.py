@@ -1,7 +1,7 @@
 """ControllerModifyVolume and CreateVolume's mutable_parameters: validate, merge, record.
 
 The controller only records what a VolumeAttributesClass asks for; the node that stages the
-volume applies it (service/node_tuning.py), at stage time and on its fence pass after a change."""
+volume applies it (service/node/tuning.py), at stage time and on its fence pass after a change."""
 
 from __future__ import annotations
 

@@ -116,7 +116,7 @@ class Capacity:
 
     def _held(self, free_now: int, live: Collection[str]) -> tuple[list[Held], int]:
         pool = self.system.pool
-        # Inline ephemeral volumes are thin files in the same pool (service/node_ephemeral.py),
+        # Inline ephemeral volumes are thin files in the same pool (service/node/inline.py),
         # made by node plugins with no row here, and written to while they exist.
         inline = [
             (str(path), size)

@@ -5,7 +5,6 @@ person; errors always on stderr too; a spinner on a terminal while a copy runs."
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
@@ -170,7 +169,3 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def size(n: int | None) -> str:
     return format_bytes(n)
-
-
-def stderr_is_tty() -> bool:
-    return sys.stderr.isatty()

@@ -61,7 +61,7 @@ import pytest
 
 from csi_hostpath import requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
-from csi_hostpath.service.node_freeze import TEST_HOLD_ENV
+from csi_hostpath.service.node.freeze import TEST_HOLD_ENV
 from tests import helpers as h
 from tests.e2e.chaos_snap import (
     HOLD_SECONDS,

@@ -14,7 +14,7 @@ import pytest
 from csi_hostpath.core.model import AccessMode, AccessType, NodeStaging
 from csi_hostpath.core.naming import loop_tag
 from csi_hostpath.service.guard import InFlight
-from csi_hostpath.service.node_devices import DeviceWatch
+from csi_hostpath.service.node.devices import DeviceWatch
 from csi_hostpath.store.db import Store
 from csi_hostpath.system.fake import fake_system
 from tests import helpers as h

@@ -1,5 +1,5 @@
 """The controller/node freeze protocol through the pool (service/freeze_remote.py and
-service/node_freeze_remote.py) on the fake kernel: frozen for the copy and thawed after; a node
+service/node/freeze_remote.py) on the fake kernel: frozen for the copy and thawed after; a node
 restart mid-copy and a controller that stops renewing both thaw, and the copy is refused; a
 silent holder refuses the snapshot instead of passing off a crash-consistent copy."""
 
@@ -17,8 +17,8 @@ from csi_hostpath.core.ledger import Lease
 from csi_hostpath.core.model import AccessMode, AccessType, NodeStaging
 from csi_hostpath.service.freeze_remote import RemoteFreeze, Timing
 from csi_hostpath.service.guard import InFlight
-from csi_hostpath.service.node_freeze import Freezes
-from csi_hostpath.service.node_freeze_remote import FreezeServer
+from csi_hostpath.service.node.freeze import Freezes
+from csi_hostpath.service.node.freeze_remote import FreezeServer
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.freeze_channel import FreezeChannel
 from csi_hostpath.store.pool import PoolLayout

@@ -134,8 +134,10 @@ def test_an_unclaimed_volume_the_co_unstaged_is_no_longer_listed(
     staging = tmp_path / "staging"
     staging.mkdir()
     agent = driver.node.agent
-    agent.unclaimed[volume_id] = {"unclaimed": "no record", "device": "/dev/loop9", "mounts": []}
-    layout.beat_volume("node-a", volume_id, agent.unclaimed[volume_id])
+    agent.unclaimed.leave(
+        volume_id, {"unclaimed": "no record", "device": "/dev/loop9", "mounts": []}
+    )
+    layout.beat_volume("node-a", volume_id, agent.unclaimed.get(volume_id))
     assert volume_id in layout.heartbeat("node-a").volumes  # type: ignore[union-attr]
     h.unstage(client, volume_id, staging)
     assert volume_id not in layout.heartbeat("node-a").volumes  # type: ignore[union-attr]

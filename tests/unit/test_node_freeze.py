@@ -1,4 +1,4 @@
-"""The freeze bookkeeping of service/node_freeze.py on the fake kernel (no root): a recorded
+"""The freeze bookkeeping of service/node/freeze.py on the fake kernel (no root): a recorded
 freeze is thawed on start, EBUSY is "already frozen", the watchdog thaws and aborts."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from csi_hostpath.core.errors import FreezeTimedOut
-from csi_hostpath.service.node_freeze import Freezes
+from csi_hostpath.service.node.freeze import Freezes
 from csi_hostpath.system.base import System
 from csi_hostpath.system.fake import fake_system
 from csi_hostpath.system.fake.kernel import FakeKernel

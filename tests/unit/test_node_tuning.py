@@ -1,11 +1,11 @@
-"""Where the node puts a volume's mutable parameters (service/node_tuning.py), on the fake tuner."""
+"""Where the node puts a volume's mutable parameters (service/node/tuning.py), on the fake tuner."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from csi_hostpath.core.mutable import Tuning
-from csi_hostpath.service.node_tuning import NodeTuning
+from csi_hostpath.service.node.tuning import NodeTuning
 from csi_hostpath.store.mutable import MutableRecords
 from csi_hostpath.system.iolimits import FakeIoTuner
 

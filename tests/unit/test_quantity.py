@@ -9,7 +9,7 @@ from fractions import Fraction
 import pytest
 
 from csi_hostpath.core.errors import InvalidRequest
-from csi_hostpath.service.node_ephemeral import parse_size
+from csi_hostpath.service.node.inline import parse_size
 
 KiB, MiB, GiB, TiB, PiB, EiB = (1 << (10 * n) for n in range(1, 7))
 

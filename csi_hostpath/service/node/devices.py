@@ -9,18 +9,15 @@ record the check looks for."""
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 
 from csi_hostpath.core.errors import Busy
 from csi_hostpath.core.naming import loop_tag
 from csi_hostpath.service.guard import InFlight
+from csi_hostpath.service.node._log import log
 from csi_hostpath.store.db import Store
 from csi_hostpath.system.base import System
-
-# One logger for all of the node plugin, named as before it was split into modules.
-log = logging.getLogger("csi_hostpath.service.node")
 
 
 class DeviceWatch:

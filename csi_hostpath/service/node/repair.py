@@ -4,22 +4,19 @@ re-bind), item by item; kernel state no record claims goes to node_adopt."""
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Callable
 
 from csi_hostpath.core.errors import Busy
 from csi_hostpath.core.model import AccessType, Capability, NodePublication, NodeStaging
 from csi_hostpath.core.naming import loop_tag
-from csi_hostpath.service.node_adopt import NodeAdopt
-from csi_hostpath.service.node_agent import NodeAgent
-from csi_hostpath.service.node_ephemeral import InlineVolumes
-from csi_hostpath.service.node_mounts import NodeMounts
+from csi_hostpath.service.node._log import log
+from csi_hostpath.service.node.adopt import NodeAdopt, Unclaimed
+from csi_hostpath.service.node.agent import NodeAgent
+from csi_hostpath.service.node.inline import InlineVolumes
+from csi_hostpath.service.node.mounts import NodeMounts
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import Heartbeat, PoolLayout
 from csi_hostpath.system.base import System
-
-# One logger for all of the node plugin, named as before it was split into modules.
-log = logging.getLogger("csi_hostpath.service.node")
 
 
 class NodeRepair:
@@ -32,6 +29,7 @@ class NodeRepair:
         mounts: NodeMounts,
         inline: InlineVolumes,
         agent: NodeAgent,
+        unclaimed: Unclaimed,
     ) -> None:
         self.node_id = node_id
         self.store = store
@@ -40,10 +38,10 @@ class NodeRepair:
         self.mounts = mounts
         self.inline = inline
         self.agent = agent
-        self.adopt = NodeAdopt(node_id, store, system, mounts, str(layout.volumes), agent.unclaimed)
+        self.unclaimed = unclaimed
+        self.adopt = NodeAdopt(node_id, store, system, mounts, str(layout.volumes), unclaimed)
         # Item name -> (volume ID or "", the step): what failed and is retried.
         self.pending: dict[str, tuple[str, Callable[[], object]]] = {}
-        agent.retry = self.retry
 
     def reconcile(self) -> None:
         """Repair the kernel to match this node's records, item by item: an item that fails is

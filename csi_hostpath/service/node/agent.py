@@ -3,27 +3,28 @@ holds, and fencing of volumes whose lease moved to another node."""
 
 from __future__ import annotations
 
-import logging
+import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from csi_hostpath.config import Config
 from csi_hostpath.core import conditions, ledger
-from csi_hostpath.core.errors import Busy
+from csi_hostpath.core.context_keys import GENERATION_KEY
+from csi_hostpath.core.errors import Busy, GenerationRevoked
 from csi_hostpath.core.model import AccessType, NodePublication, NodeStaging
 from csi_hostpath.core.naming import loop_tag
 from csi_hostpath.service.guard import InFlight
-from csi_hostpath.service.node_adopt import heartbeat_entry
-from csi_hostpath.service.node_devices import DeviceWatch
-from csi_hostpath.service.node_mounts import NodeMounts
+from csi_hostpath.service.node._log import log
+from csi_hostpath.service.node.adopt import Unclaimed, heartbeat_entry
+from csi_hostpath.service.node.devices import DeviceWatch
+from csi_hostpath.service.node.mounts import NodeMounts
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.base import System
 
-# One logger for all of the node plugin, named as before it was split into modules.
-log = logging.getLogger("csi_hostpath.service.node")
+_TOKEN = re.compile(r"[0-9]{1,18}")
 
 
 class NodeAgent:
@@ -35,6 +36,7 @@ class NodeAgent:
         layout: PoolLayout,
         mounts: NodeMounts,
         inflight: InFlight,
+        unclaimed: Unclaimed,
     ) -> None:
         self.config = config
         self.node_id = config.node_id
@@ -48,21 +50,14 @@ class NodeAgent:
         # file write themselves; the background thread writes it, coalescing bursts.
         self._beat_soon = threading.Event()
         self._thread: threading.Thread | None = None
-        # Volume ID -> what this node left in place because no record claims it (node_adopt);
-        # the heartbeat reports them, so inspect shows them and no other node stages them.
-        self.unclaimed: dict[str, dict[str, Any]] = {}
-        # Reconcile's items that failed at start, retried on each fence pass (node_repair).
-        self.retry: Callable[[], None] | None = None
-        # Other per-pass jobs (applying changed mutable parameters), run after each fence pass.
-        self.fence_pass_hooks: list[Callable[[], None]] = [self.report_io_errors]
+        # What repair left in place for lack of a record: the heartbeat reports it.
+        self.unclaimed = unclaimed
+        # The node's own jobs after each fence pass (start_background names them).
+        self._after_fence_pass: Callable[[], None] = lambda: None
         # Volume ID -> the filesystem error count the heartbeat last reported.
         self._reported_errors: dict[str, int] = {}
         # Loop devices detached behind the driver's back, heard from the kernel's uevents.
         self.devices = DeviceWatch(self.node_id, store, system, inflight, self.volume_changed)
-
-    def beat_soon(self) -> None:
-        """Ask the background thread for a whole heartbeat at its next wake-up."""
-        self._beat_soon.set()
 
     def volume_changed(self, volume_id: str) -> None:
         """Report one volume as it is now (staged, targets, or gone): one small file, written
@@ -76,7 +71,7 @@ class NodeAgent:
             and volume_id in self.unclaimed
             and self.system.loop.find(loop_tag(self.node_id, volume_id)) is None
         ):
-            self.unclaimed.pop(volume_id, None)
+            self.unclaimed.drop(volume_id)
         entry = self.unclaimed.get(volume_id)
         if staged is not None:
             entry = self._entry(staged, self.store.node_publications(volume_id))
@@ -116,7 +111,7 @@ class NodeAgent:
         publications: dict[str, list[NodePublication]] = {}
         for p in self.store.node_publications():
             publications.setdefault(p.volume_id, []).append(p)
-        volumes: dict[str, dict[str, Any]] = dict(self.unclaimed)
+        volumes: dict[str, dict[str, Any]] = self.unclaimed.entries()
         for s in self.store.stagings():
             volumes[s.volume_id] = self._entry(s, publications.get(s.volume_id, []))
         self.layout.beat(self.node_id, volumes)
@@ -210,7 +205,10 @@ class NodeAgent:
                 s.volume_id,
             )
 
-    def start_background(self) -> None:
+    def start_background(self, after_fence_pass: Callable[[], None]) -> None:
+        """Beat and fence from a thread of its own; after_fence_pass runs after each fence pass
+        (the node's retries, I/O error reports and tuning)."""
+        self._after_fence_pass = after_fence_pass
         self._thread = threading.Thread(target=self._loop, name="node-heartbeat", daemon=True)
         self._thread.start()
         self.devices.start()
@@ -241,13 +239,44 @@ class NodeAgent:
                 if now >= next_fence:
                     next_fence = now + self.config.fence_interval
                     self.fence_revoked()
-                    if self.retry is not None:
-                        unclaimed = dict(self.unclaimed)
-                        self.retry()
-                        if unclaimed != self.unclaimed:
-                            self.beat()
-                    for hook in self.fence_pass_hooks:
-                        hook()
+                    self._after_fence_pass()
             except Exception:
                 log.exception("heartbeat/fence pass failed; trying again next interval")
                 self._stop.wait(tick)
+
+    # ----- the checks a stage makes against the ledger and other nodes -----
+    def granted_generation(self, volume_id: str, publish_context: Mapping[str, str]) -> int:
+        """Check the fencing token the CO hands us against the lease the controller wrote."""
+        raw = publish_context.get(GENERATION_KEY, "")
+        if not _TOKEN.fullmatch(raw):
+            raise GenerationRevoked(
+                f"volume {volume_id} is not published to node {self.node_id!r}: the "
+                "publish_context carries no fencing generation; call ControllerPublishVolume first"
+            )
+        generation = int(raw)
+        lease = self.layout.read_lease(volume_id)
+        if not ledger.grants(lease, self.node_id, generation):
+            held = lease.holders if lease else {}
+            raise GenerationRevoked(
+                f"volume {volume_id}: generation {generation} is not held by node "
+                f"{self.node_id!r} (the ledger's holders are {held or 'none'}); it was "
+                "unpublished or force-detached, so this node must not touch the volume"
+            )
+        return generation
+
+    def check_no_other_live_stager(self, volume_id: str) -> None:
+        """The ledger moved the volume here, but the node it came from may still be alive and
+        mounted: Kubernetes unpublishes a node it can't reach after a timeout, and a forced
+        detach can be taken against a live node. Until that node reports the volume gone (it
+        fences itself within its fence interval) or falls silent past the grace period, staging
+        here would put two writers on one filesystem."""
+        for beat in self.layout.heartbeats(volume_id):
+            if beat.node_id == self.node_id or volume_id not in beat.volumes:
+                continue
+            age = beat.age()
+            if age < self.config.node_grace:
+                raise Busy(
+                    f"volume {volume_id} is still staged on node {beat.node_id!r} (its heartbeat "
+                    f"{age:.0f}s ago says so); it unstages or fences itself first, or goes silent "
+                    f"for {self.config.node_grace:.0f}s. Retrying is safe"
+                )

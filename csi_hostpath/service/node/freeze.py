@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import errno
 import json
-import logging
 import os
 import threading
 import time
@@ -31,11 +30,9 @@ from typing import Any
 
 from csi_hostpath.core.errors import Busy, FreezeTimedOut
 from csi_hostpath.core.naming import is_volume_id
+from csi_hostpath.service.node._log import log
 from csi_hostpath.store.pool import write_atomically
 from csi_hostpath.system.base import System
-
-# One logger for all of the node plugin, named as before it was split into modules.
-log = logging.getLogger("csi_hostpath.service.node")
 
 # For crash tests only: hold every freeze this many seconds, so a test can kill -9 the plugin
 # while a filesystem is frozen. Unset in production.

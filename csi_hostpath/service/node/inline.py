@@ -4,7 +4,6 @@ last NodeUnpublish, with no controller and no ledger (they are never shared)."""
 from __future__ import annotations
 
 import hashlib
-import logging
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -21,14 +20,12 @@ from csi_hostpath.core.errors import (
     Unsupported,
 )
 from csi_hostpath.core.model import AccessType, Capability, NodeStaging
-from csi_hostpath.core.naming import loop_tag
+from csi_hostpath.core.naming import is_volume_id, loop_tag
 from csi_hostpath.service.guard import InFlight
-from csi_hostpath.service.node_mounts import NodeMounts
+from csi_hostpath.service.node._log import log
+from csi_hostpath.service.node.mounts import NodeMounts
 from csi_hostpath.store.db import Store
 from csi_hostpath.system.base import System
-
-# One logger for all of the node plugin, named as before it was split into modules.
-log = logging.getLogger("csi_hostpath.service.node")
 
 EPHEMERAL_DEFAULT_SIZE = 100 * access.MiB
 
@@ -157,3 +154,28 @@ class InlineVolumes:
                     continue  # dropped with its device below; swept on the next start
                 log.warning("repair: removing %s, an inline volume no record claims", path)
                 path.unlink(missing_ok=True)
+
+    def resolve(self, volume_id: str) -> str | None:
+        """Our volume ID for a CO-given one: itself, or the ID of an inline ephemeral volume."""
+        if is_volume_id(volume_id):
+            return volume_id
+        if len(volume_id.encode()) > 1024 or "\x00" in volume_id:
+            return None
+        internal = ephemeral_volume_id(self.node_id, volume_id)
+        staged = self.store.get_staging(internal)
+        if staged is not None and self.mounts.is_ephemeral(staged.staging_path):
+            return internal
+        return None
+
+    def delete_if_unpublished(self, volume_id: str, resolved: str) -> None:
+        """After a NodeUnpublish: an inline volume lives as long as its one pod's target, so the
+        last unpublish tears it down and deletes its file."""
+        staged = self.store.get_staging(resolved)
+        if (
+            staged is not None
+            and self.mounts.is_ephemeral(staged.staging_path)
+            and not self.store.node_publications(resolved)
+        ):
+            self.mounts.teardown(staged.volume_id, staged.staging_path)
+            self.system.pool.remove(self.mounts.backing_for(staged))
+            log.info("deleted inline ephemeral volume %s (%s)", volume_id, resolved)

@@ -4,7 +4,6 @@ it down again. Idempotent: each step first looks at what the kernel already has.
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import time
 from contextlib import suppress
@@ -23,7 +22,8 @@ from csi_hostpath.core.errors import (
 )
 from csi_hostpath.core.model import AccessType, Capability, NodeStaging
 from csi_hostpath.core.naming import loop_tag, node_key
-from csi_hostpath.service.node_paths import create_file_nofollow, mounted_at, refuse_symlink
+from csi_hostpath.service.node._log import log
+from csi_hostpath.service.node.paths import create_file_nofollow, mounted_at, refuse_symlink
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.base import (
@@ -34,9 +34,6 @@ from csi_hostpath.system.base import (
     System,
     held_by,
 )
-
-# One logger for all of the node plugin, named as before it was split into modules.
-log = logging.getLogger("csi_hostpath.service.node")
 
 # A bind of a block device node shows the filesystem /dev is: devtmpfs on a host, a tmpfs in a
 # container whose runtime populated /dev (a kind node).
@@ -311,3 +308,19 @@ class NodeMounts:
             pass
         except OSError as e:
             log.warning("left %s in place: %s", target_path, e)
+
+    def check_same_stage(self, existing: NodeStaging, cap: Capability, fs_type: str) -> None:
+        """A repeated NodeStage must ask for what is staged; other flags are ALREADY_EXISTS."""
+        problems = []
+        if fs_type != existing.fs_type:
+            problems.append(f"as {existing.fs_type or 'block'}, not {fs_type or 'block'}")
+        mounted = self.system.mounts.find(existing.staging_path)
+        if cap.access_type == AccessType.MOUNT and mounted is not None:
+            have, want = access.vfs_flags(mounted.options), access.vfs_flags(cap.mount_flags)
+            if have != want:
+                problems.append(f"with mount flags {sorted(have)}, not {sorted(want)}")
+        if problems:
+            raise Incompatible(
+                f"volume {existing.volume_id} is already staged at {existing.staging_path} "
+                f"{' and '.join(problems)}; unstage it before staging it differently"
+            )

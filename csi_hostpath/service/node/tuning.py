@@ -10,17 +10,15 @@ restart still knows where the limits belong."""
 from __future__ import annotations
 
 import json
-import logging
 import threading
 from pathlib import Path
 
 from csi_hostpath.core.mutable import LIMIT_FIELDS, Tuning
 from csi_hostpath.core.naming import is_volume_id
+from csi_hostpath.service.node._log import log
 from csi_hostpath.store.mutable import MutableRecords
 from csi_hostpath.store.pool import write_atomically
 from csi_hostpath.system.iolimits import IoTuner
-
-log = logging.getLogger(__name__)
 
 
 class NodeTuning:

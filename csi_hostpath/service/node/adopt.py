@@ -17,20 +17,17 @@ down for lack of a record:
 
 from __future__ import annotations
 
-import logging
 import time
 from pathlib import Path
 from typing import Any
 
 from csi_hostpath.core.model import AccessMode, AccessType, NodePublication, NodeStaging
 from csi_hostpath.core.naming import loop_tag_prefix, volume_id_from_tag
-from csi_hostpath.service.node_mounts import NodeMounts
+from csi_hostpath.service.node._log import log
+from csi_hostpath.service.node.mounts import NodeMounts
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import Heartbeat
 from csi_hostpath.system.base import LoopDevice, MountEntry, System
-
-# One logger for all of the node plugin, named as before it was split into modules.
-log = logging.getLogger("csi_hostpath.service.node")
 
 
 def heartbeat_entry(s: NodeStaging, publications: list[NodePublication]) -> dict[str, Any]:
@@ -52,6 +49,31 @@ def heartbeat_entry(s: NodeStaging, publications: list[NodePublication]) -> dict
     }
 
 
+class Unclaimed:
+    """What this node left in place because no record claims it, and why: volume ID -> its
+    heartbeat entry. Repair leaves entries; the agent reports them in the heartbeat (so inspect
+    shows them and no other node stages them) and drops one once its device is gone."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, dict[str, Any]] = {}
+
+    def leave(self, volume_id: str, entry: dict[str, Any]) -> None:
+        self._entries[volume_id] = entry
+
+    def drop(self, volume_id: str) -> None:
+        self._entries.pop(volume_id, None)
+
+    def get(self, volume_id: str) -> dict[str, Any] | None:
+        return self._entries.get(volume_id)
+
+    def entries(self) -> dict[str, dict[str, Any]]:
+        """A copy: the caller may keep or change it."""
+        return dict(self._entries)
+
+    def __contains__(self, volume_id: object) -> bool:
+        return volume_id in self._entries
+
+
 class NodeAdopt:
     def __init__(
         self,
@@ -60,7 +82,7 @@ class NodeAdopt:
         system: System,
         mounts: NodeMounts,
         pool_volumes: str,
-        unclaimed: dict[str, dict[str, Any]],
+        unclaimed: Unclaimed,
     ) -> None:
         self.node_id = node_id
         self.store = store
@@ -71,7 +93,6 @@ class NodeAdopt:
             str(mounts.inline_dir),
             str(mounts.ephemeral_dir),  # inline files made before they moved to the pool
         )
-        # Volume ID -> what was left in place and why; the heartbeat reports it (the agent's).
         self.unclaimed = unclaimed
 
     def devices_without_record(self, claimed: set[str]) -> list[tuple[str, LoopDevice]]:
@@ -103,23 +124,23 @@ class NodeAdopt:
     def claim(self, volume_id: str, device: LoopDevice, previous: Heartbeat | None) -> None:
         """Re-adopt, leave in place, or (only if nothing uses it) detach one unclaimed device."""
         if self.store.get_staging(volume_id) is not None:  # a retry, after a NodeStage claimed it
-            self.unclaimed.pop(volume_id, None)
+            self.unclaimed.drop(volume_id)
             return
         users = self.users(device)
         entry = previous.volumes.get(volume_id) if previous is not None else None
         if isinstance(entry, dict):
             why = self._adopt(volume_id, device, entry)
             if not why:
-                self.unclaimed.pop(volume_id, None)
+                self.unclaimed.drop(volume_id)
                 return
         else:
             why = "this node's last heartbeat does not list it"
         if users:
-            self.unclaimed[volume_id] = {
+            self.unclaimed.leave(volume_id, {
                 "unclaimed": why,
                 "device": device.path,
                 "mounts": sorted(m.mount_point for m in users),
-            }
+            })  # fmt: skip
             log.warning(
                 "UNCLAIMED VOLUME LEFT IN PLACE: %s on %s is in use (mounted at %s) but no record "
                 "claims it and it can't be re-adopted (%s). Nothing is unmounted or detached: the "
@@ -137,7 +158,7 @@ class NodeAdopt:
             volume_id,
         )
         self.system.loop.detach(device.path)
-        self.unclaimed.pop(volume_id, None)
+        self.unclaimed.drop(volume_id)
 
     def _adopt(self, volume_id: str, device: LoopDevice, entry: dict[str, Any]) -> str:
         """Write the records back from the heartbeat; '' when adopted, else why not."""

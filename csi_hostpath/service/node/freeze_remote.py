@@ -13,7 +13,6 @@ Every freeze has a thaw that survives kill -9 of either side:
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 import uuid
@@ -22,13 +21,11 @@ from typing import Any
 from csi_hostpath.core.errors import Busy, FreezeTimedOut
 from csi_hostpath.core.model import AccessType
 from csi_hostpath.service.guard import InFlight
-from csi_hostpath.service.node_freeze import Freezes
+from csi_hostpath.service.node._log import log
+from csi_hostpath.service.node.freeze import Freezes
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.freeze_channel import FreezeChannel
 from csi_hostpath.system.base import System
-
-# One logger for all of the node plugin, named as before it was split into modules.
-log = logging.getLogger("csi_hostpath.service.node")
 
 POLL_SECONDS = 0.1
 

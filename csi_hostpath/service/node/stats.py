@@ -1,0 +1,142 @@
+"""NodeExpandVolume and NodeGetVolumeStats: what a staged volume's device and filesystem say,
+and the volume's condition (a missing file, a lost mount or device, a freeze, I/O errors)."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+from csi_hostpath.core import access, conditions
+from csi_hostpath.core.errors import (
+    CapacityOutOfRange,
+    NotStaged,
+    OnlineResizeUnavailable,
+    VolumeNotFound,
+)
+from csi_hostpath.core.model import AccessType, NodeStaging
+from csi_hostpath.core.naming import loop_tag
+from csi_hostpath.service.guard import InFlight
+from csi_hostpath.service.node._log import log
+from csi_hostpath.service.node.freeze import Freezes
+from csi_hostpath.service.node.inline import InlineVolumes
+from csi_hostpath.service.node.mounts import NodeMounts
+from csi_hostpath.store.db import Store
+from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.system.base import FsStats, NotPermitted, System
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeStats:
+    access_type: AccessType
+    total_bytes: int
+    available_bytes: int
+    used_bytes: int
+    total_inodes: int = 0
+    free_inodes: int = 0
+    used_inodes: int = 0
+    abnormal: bool = False
+    message: str = ""
+
+
+@dataclass
+class StagedVolumes:
+    """Expansion and stats of the volumes this node staged."""
+
+    node_id: str
+    store: Store
+    system: System
+    layout: PoolLayout
+    mounts: NodeMounts
+    inline: InlineVolumes
+    freezes: Freezes
+    inflight: InFlight
+
+    def expand(self, volume_id: str, volume_path: str, required_bytes: int) -> int:
+        """Make the loop device and the filesystem on it follow a grown backing file."""
+        staged, _ = self._staged_at(volume_id, volume_path)
+        with self.inflight.hold(staged.volume_id, "NodeExpandVolume"):
+            device = self.system.loop.find(loop_tag(self.node_id, staged.volume_id))
+            if device is None:
+                raise NotStaged(f"volume {volume_id} has no loop device here; stage it again")
+            self.system.loop.refresh_capacity(device.path)
+            size = self.system.devices.size(device.path)
+            if required_bytes and size < required_bytes:
+                raise CapacityOutOfRange(
+                    f"the backing file holds {size} bytes, less than the {required_bytes} "
+                    "asked for; expand the volume through the controller first"
+                )
+            if staged.access_type == AccessType.MOUNT:
+                try:
+                    self.system.fs.grow(device.path, staged.staging_path, staged.fs_type)
+                except NotPermitted as e:
+                    if staged.fs_type == "ext4":
+                        raise OnlineResizeUnavailable(
+                            f"online ext4 resize of {volume_id} was refused (the plugin lacks "
+                            "CAP_SYS_RESOURCE); the filesystem grows to the new size on its "
+                            "next stage"
+                        ) from e
+                    raise
+            log.info("expanded %s on this node to %d bytes", volume_id, size)
+            return size
+
+    def _staged_at(self, volume_id: str, volume_path: str) -> tuple[NodeStaging, str]:
+        """The staging record of a volume published or staged at volume_path, or NOT_FOUND."""
+        resolved = self.inline.resolve(volume_id)
+        if resolved is None:
+            raise VolumeNotFound(f"volume {volume_id[:200]!r} does not exist")
+        path = os.path.normpath(volume_path)
+        staged = self.store.get_staging(resolved)
+        targets = {p.target_path for p in self.store.node_publications(resolved)}
+        if staged is None or (path != staged.staging_path and path not in targets):
+            raise VolumeNotFound(f"volume {volume_id} is not staged or published at {volume_path}")
+        return staged, path
+
+    def stats(self, volume_id: str, volume_path: str) -> VolumeStats:
+        staged, path = self._staged_at(volume_id, volume_path)
+        kind = staged.access_type
+        if not self.mounts.backing_for(staged).exists():
+            return VolumeStats(
+                kind, 0, 0, 0, abnormal=True,
+                message=f"the backing file of {volume_id} is missing from the pool: its data "
+                "is gone unless a snapshot exists",
+            )  # fmt: skip
+        if self.system.mounts.find(path) is None:
+            return VolumeStats(
+                kind, 0, 0, 0, abnormal=True,
+                message=f"{path} is not mounted any more; unpublish and publish it again",
+            )  # fmt: skip
+        device = self.system.loop.find(loop_tag(self.node_id, staged.volume_id))
+        if device is None:
+            return VolumeStats(
+                kind, 0, 0, 0, abnormal=True,
+                message=f"volume {volume_id} has no loop device on this node; stage it again",
+            )  # fmt: skip
+        problem = ""
+        if (frozen := self.freezes.recorded(staged.volume_id)) is not None:
+            problem = (
+                f"the filesystem is frozen for a snapshot or clone (since "
+                f"{time.time() - float(frozen.get('at', 0)):.0f}s, pid {frozen.get('pid')}); "
+                "writes wait until it is thawed"
+            )
+        elif device.read_only and not access.effective_readonly(staged.access_mode, False):
+            problem = f"{device.path} is read-only, though the volume is read-write"
+        elif kind == AccessType.MOUNT and (errs := self.system.fs.error_count(device.path)):
+            problem = conditions.io_errors(errs, staged.fs_type, device.path)
+        elif self.system.pool.free_bytes() == 0:
+            problem = conditions.pool_full(str(self.layout.root))
+        if kind == AccessType.BLOCK:
+            size = self.system.devices.size(device.path)
+            return VolumeStats(kind, size, 0, 0, abnormal=bool(problem), message=problem)
+        s: FsStats = self.system.fs.stats(path)
+        return VolumeStats(
+            kind,
+            s.total_bytes,
+            s.available_bytes,
+            s.used_bytes,
+            s.total_inodes,
+            s.free_inodes,
+            s.used_inodes,
+            abnormal=bool(problem),
+            message=problem,
+        )
