@@ -15,26 +15,12 @@ import grpc
 from csi_hostpath import requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
-from csi_hostpath.service.inspect import Phase, inspect_volume
+from csi_hostpath.service.inspect import inspect_volume, render_phases
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout
 
 MiB = 1 << 20
 DEMO_CAPABILITY = rq.mount_cap("ext4")
-
-
-def render_phases(phases: list[Phase]) -> str:
-    rows = [["PHASE", "STATE", "DETAIL"]] + [[p.phase, p.state, p.detail] for p in phases]
-    widths = [max(len(r[i]) for r in rows) for i in range(2)]
-    lines = []
-    for r in rows:
-        lines.append(f"{r[0].ljust(widths[0])}  {r[1].ljust(widths[1])}  {r[2]}".rstrip())
-    for p in phases:
-        if p.reason:
-            lines.append(f"  {p.phase}: {p.reason}")
-        if p.next_action:
-            lines.append(f"  {p.phase}: next: {p.next_action}")
-    return "\n".join(lines)
 
 
 def _remove_dirs(*paths: Path) -> None:

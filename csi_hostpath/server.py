@@ -31,15 +31,15 @@ from csi_hostpath.api.snapshot_metadata import SnapshotMetadataServicer
 from csi_hostpath.config import Config
 from csi_hostpath.endpoint import claim_endpoint
 from csi_hostpath.service import health as readiness
-from csi_hostpath.service.consistency import ReentrantConsistency
 from csi_hostpath.service.controller import ControllerService
-from csi_hostpath.service.freeze_remote import RemoteFreeze
-from csi_hostpath.service.group_snapshots import GroupSnapshots
+from csi_hostpath.service.controller.consistency import ReentrantConsistency
+from csi_hostpath.service.controller.freeze_remote import RemoteFreeze
+from csi_hostpath.service.controller.group_snapshots import GroupSnapshots
+from csi_hostpath.service.controller.modify import ModifyService
+from csi_hostpath.service.controller.pool_truth import open_pool
+from csi_hostpath.service.controller.snapshot_metadata import SnapshotMetadataService
 from csi_hostpath.service.metrics import Metrics, build_metrics
-from csi_hostpath.service.modify import ModifyService
 from csi_hostpath.service.node import NodeService
-from csi_hostpath.service.pool_truth import open_pool
-from csi_hostpath.service.snapshot_metadata import SnapshotMetadataService
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.freeze_channel import FreezeChannel
 from csi_hostpath.store.groups import GroupRecords
@@ -150,7 +150,7 @@ def _freeze_everywhere(
     config: Config, layout: PoolLayout, node: NodeService | None
 ) -> Callable[[str], AbstractContextManager[None]]:
     """The volume frozen wherever it may be mounted: on this process's own node in-process, and
-    on every other node the lease names through the pool (service/freeze_remote.py)."""
+    on every other node the lease names through the pool (service/controller/freeze_remote.py)."""
     channel = FreezeChannel(layout.root)
     dropped = channel.withdraw_all()  # a starting controller has no copy in flight
     if dropped:
@@ -217,7 +217,7 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
             modify = ModifyService(store, MutableRecords(layout.root))
             groups = GroupSnapshots(GroupRecords(layout.root), controller, consistency)
             pb_grpc.add_ControllerServicer_to_server(
-                ControllerServicer(controller, modify, groups, headroom, copies), server
+                ControllerServicer(controller, modify, groups, copies, headroom), server
             )
             pb_grpc.add_GroupControllerServicer_to_server(
                 GroupControllerServicer(groups, copies), server

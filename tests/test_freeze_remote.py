@@ -1,6 +1,6 @@
 """Snapshot consistency in the chart's own shape, on real devices: a controller-only process and a
 node-only process (in its own mount namespace) share a pool; the controller asks the node, through
-the pool, to freeze the volume around its copy (service/freeze_remote.py,
+the pool, to freeze the volume around its copy (service/controller/freeze_remote.py,
 service/node/freeze_remote.py).
 
 A writer appends fsync'd, numbered records into the node's mount while the controller cuts a
@@ -31,7 +31,7 @@ import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.core.naming import node_key
-from csi_hostpath.service.freeze_remote import TEST_HOLD_ENV
+from csi_hostpath.service.controller.freeze_remote import TEST_HOLD_ENV
 from tests import helpers as h
 
 pytestmark = pytest.mark.real

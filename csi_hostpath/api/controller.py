@@ -13,8 +13,8 @@ from csi_hostpath.api import convert
 from csi_hostpath.api.copy_pool import CopyPool
 from csi_hostpath.api.status import rpc
 from csi_hostpath.service.controller import ControllerService, CreatedVolume
-from csi_hostpath.service.group_snapshots import GroupSnapshots
-from csi_hostpath.service.modify import ModifyService
+from csi_hostpath.service.controller.group_snapshots import GroupSnapshots
+from csi_hostpath.service.controller.modify import ModifyService
 from csi_hostpath.service.teardown import Room, retry_when_full
 
 T = TypeVar("T")
@@ -50,15 +50,15 @@ class ControllerServicer(pb_grpc.ControllerServicer):
         service: ControllerService,
         modify: ModifyService,
         groups: GroupSnapshots,
+        copies: CopyPool,
         room: Room | None = None,
-        copies: CopyPool | None = None,
     ) -> None:
         self.service = service
         self.modify = modify
         self.groups = groups
         self.room = room  # reserved headroom, given back when a teardown finds the disk full
         # Snapshot and clone copies run here, never for long on an RPC worker (api/copy_pool.py).
-        self.copies = copies or CopyPool(16)
+        self.copies = copies
 
     def _copying(
         self, key: str, what: str, context: grpc.ServicerContext, work: Callable[[], T]
@@ -202,8 +202,7 @@ class ControllerServicer(pb_grpc.ControllerServicer):
     def DeleteSnapshot(
         self, request: pb.DeleteSnapshotRequest, context: grpc.ServicerContext
     ) -> pb.DeleteSnapshotResponse:
-        self.groups.refuse_member_delete(request.snapshot_id)
-        self.service.delete_snapshot(request.snapshot_id)
+        self.groups.delete_snapshot(request.snapshot_id)
         return pb.DeleteSnapshotResponse()
 
     @rpc

@@ -13,7 +13,7 @@ from csi_hostpath.api import convert
 from csi_hostpath.api.copy_pool import CopyPool
 from csi_hostpath.api.status import rpc
 from csi_hostpath.core.model import Snapshot
-from csi_hostpath.service.group_snapshots import GroupSnapshots
+from csi_hostpath.service.controller.group_snapshots import GroupSnapshots
 from csi_hostpath.store.groups import GroupRecord
 
 GroupCap = pb.GroupControllerServiceCapability
@@ -31,11 +31,11 @@ def group_to_pb(record: GroupRecord, members: list[Snapshot]) -> pb.VolumeGroupS
 
 
 class GroupControllerServicer(pb_grpc.GroupControllerServicer):
-    def __init__(self, groups: GroupSnapshots, copies: CopyPool | None = None) -> None:
+    def __init__(self, groups: GroupSnapshots, copies: CopyPool) -> None:
         self.groups = groups
         # The group's freeze and its cuts run as one job on the copy pool (api/copy_pool.py):
         # in one thread, so each member's cut finds the freeze the group holds.
-        self.copies = copies or CopyPool(16)
+        self.copies = copies
 
     @rpc
     def GroupControllerGetCapabilities(

@@ -269,3 +269,18 @@ def _published(staged_on: dict[str, dict[str, Any]]) -> Phase:
 
 def as_json(phases: list[Phase]) -> list[dict[str, str]]:
     return [asdict(p) for p in phases]
+
+
+def render_phases(phases: list[Phase]) -> str:
+    """The phases as an aligned table, each reason and next step under it."""
+    rows = [["PHASE", "STATE", "DETAIL"]] + [[p.phase, p.state, p.detail] for p in phases]
+    widths = [max(len(r[i]) for r in rows) for i in range(2)]
+    lines = []
+    for r in rows:
+        lines.append(f"{r[0].ljust(widths[0])}  {r[1].ljust(widths[1])}  {r[2]}".rstrip())
+    for p in phases:
+        if p.reason:
+            lines.append(f"  {p.phase}: {p.reason}")
+        if p.next_action:
+            lines.append(f"  {p.phase}: next: {p.next_action}")
+    return "\n".join(lines)

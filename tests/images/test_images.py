@@ -193,7 +193,7 @@ def test_the_key_follows_the_drivers_sources(tmp_path: Path) -> None:
 
     first = path()
     assert path() == first
-    module = copy / "csi_hostpath" / "cli.py"
+    module = copy / "csi_hostpath" / "cli" / "main.py"
     module.write_text(module.read_text() + "\n# changed\n")
     assert path() != first
 

@@ -1,7 +1,7 @@
-"""The capacity rule's cache of thin files' allocations (service/allocations.py), against a model
-pool: whatever files are written, trimmed, created and deleted, the room it counts is never more
-than the pool's real room, except by what a file no entry accounts for took meanwhile (which
-takes from any promise, cached or not); measured again, it is the real room."""
+"""The capacity rule's cache of thin files' allocations (service/controller/allocations.py),
+against a model pool: whatever files are written, trimmed, created and deleted, the room it
+counts is never more than the pool's real room, except by what a file no entry accounts for took
+meanwhile (which takes from any promise, cached or not); measured again, it is the real room."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from csi_hostpath.service.allocations import Allocations
+from csi_hostpath.service.controller.allocations import Allocations
 
 MiB = 1 << 20
 POOL = 1000 * MiB

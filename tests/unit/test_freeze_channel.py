@@ -1,4 +1,4 @@
-"""The controller/node freeze protocol through the pool (service/freeze_remote.py and
+"""The controller/node freeze protocol through the pool (service/controller/freeze_remote.py and
 service/node/freeze_remote.py) on the fake kernel: frozen for the copy and thawed after; a node
 restart mid-copy and a controller that stops renewing both thaw, and the copy is refused; a
 silent holder refuses the snapshot instead of passing off a crash-consistent copy."""
@@ -15,7 +15,7 @@ import pytest
 from csi_hostpath.core.errors import Busy, FreezeTimedOut
 from csi_hostpath.core.ledger import Lease
 from csi_hostpath.core.model import AccessMode, AccessType, NodeStaging
-from csi_hostpath.service.freeze_remote import RemoteFreeze, Timing
+from csi_hostpath.service.controller.freeze_remote import RemoteFreeze, Timing
 from csi_hostpath.service.guard import InFlight
 from csi_hostpath.service.node.freeze import Freezes
 from csi_hostpath.service.node.freeze_remote import FreezeServer

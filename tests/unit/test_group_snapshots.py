@@ -1,5 +1,6 @@
-"""Group snapshot bookkeeping (service/group_snapshots.py) on in-memory snapshots: retries,
-mismatches, clean-up after a failed member, and that every member is frozen before any is cut."""
+"""Group snapshot bookkeeping (service/controller/group_snapshots.py) on in-memory snapshots:
+retries, mismatches, clean-up after a failed member, and that every member is frozen before any
+is cut."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import pytest
 
 from csi_hostpath.core.errors import Incompatible, InvalidRequest, SnapshotNotFound
 from csi_hostpath.core.model import Snapshot
-from csi_hostpath.service.consistency import ReentrantConsistency
-from csi_hostpath.service.group_snapshots import GroupSnapshots
+from csi_hostpath.service.controller.consistency import ReentrantConsistency
+from csi_hostpath.service.controller.group_snapshots import GroupSnapshots
 from csi_hostpath.store.groups import GroupRecords
 
 A, B = "vol-" + "a" * 32, "vol-" + "b" * 32
@@ -91,7 +92,7 @@ def test_get_and_delete_check_the_member_list(tmp_path: Path) -> None:
     with pytest.raises(InvalidRequest):
         groups.get(record.group_id, ["snap-" + "f" * 32])
     with pytest.raises(InvalidRequest):
-        groups.refuse_member_delete(record.snapshot_ids[0])
+        groups.delete_snapshot(record.snapshot_ids[0])
     groups.delete(record.group_id, record.snapshot_ids)
     assert snaps.made == {}
     with pytest.raises(SnapshotNotFound):

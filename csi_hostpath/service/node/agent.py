@@ -83,7 +83,8 @@ class NodeAgent:
 
     def _add_health(self, entry: dict[str, Any], s: NodeStaging) -> None:
         count = self.system.fs.error_count(s.device) if s.access_type == AccessType.MOUNT else 0
-        if count:  # the controller's VolumeCondition reads it (service/volume_health.py)
+        # The controller's VolumeCondition reads it (service/controller/volume_condition.py).
+        if count:
             entry[conditions.IO_ERRORS_KEY] = count
 
     def report_io_errors(self) -> None:

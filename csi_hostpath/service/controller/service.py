@@ -3,12 +3,11 @@
 Order of operations (so that a crash at any line heals on a retry or on restart):
 create: decide → create the sparse file (idempotent) → commit the row.
 delete: refuse while published → remove the file → delete the row.
-publish: decide and commit in one transaction → write the lease nodes read.
+publish and unpublish: ledger.py.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -16,46 +15,41 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from csi_hostpath.config import Config, PoolScope
-from csi_hostpath.core import access, conditions, ledger
+from csi_hostpath.core import access, conditions
 from csi_hostpath.core.capacity import refuse_below_reserve
 from csi_hostpath.core.context_keys import (
-    ACCESS_TYPE_KEY,
     FS_TYPE_KEY,
-    GENERATION_KEY,
-    READONLY_KEY,
 )
 from csi_hostpath.core.errors import (
     CapacityOutOfRange,
     Incompatible,
     InvalidRequest,
     NoCapacity,
-    NodeNotFound,
-    SnapshotNotFound,
     StillPublished,
     Unsupported,
     VolumeNotFound,
 )
-from csi_hostpath.core.model import Capability, ContentSource, Publication, Snapshot, Volume
-from csi_hostpath.core.naming import is_snapshot_id, is_volume_id, new_snapshot_id, new_volume_id
+from csi_hostpath.core.model import Capability, ContentSource, Snapshot, Volume
+from csi_hostpath.core.naming import is_snapshot_id, is_volume_id, new_volume_id
 from csi_hostpath.core.quantity import describe_bytes
-from csi_hostpath.service.guard import InFlight
-from csi_hostpath.service.nodeloss import loss_of, release_lost
-from csi_hostpath.service.placement import (
+from csi_hostpath.service.controller._log import log
+from csi_hostpath.service.controller.ledger import PublishLedger
+from csi_hostpath.service.controller.placement import (
     Capacity,
     TopologyRequirement,
     choose_segment,
     missing_source,
     serves,
 )
-from csi_hostpath.service.pool_truth import discard, making
-from csi_hostpath.service.revocation import Revocations
-from csi_hostpath.service.volume_health import node_io_errors
+from csi_hostpath.service.controller.pool_truth import discard, making
+from csi_hostpath.service.controller.snapshots import Snapshots
+from csi_hostpath.service.controller.volume_condition import node_io_errors
+from csi_hostpath.service.guard import InFlight
+from csi_hostpath.service.nodeloss import loss_of, release_lost
 from csi_hostpath.store.backing import identity
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.base import NoSpace, System
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +83,16 @@ class ControllerService:
         # same process's node (mode all); elsewhere a copy is crash-consistent at best.
         self.consistency = consistency or (lambda volume_id: nullcontext())
         self.capacity = Capacity(config, store, system, layout)
+        self.ledger = PublishLedger(
+            store,
+            layout,
+            self.inflight,
+            node_grace=config.node_grace,
+            max_volumes_per_node=config.max_volumes_per_node,
+        )
+        self.snapshots = Snapshots(
+            store, system, layout, self.inflight, self.capacity, self.consistency
+        )
 
     # ----- helpers -----
     def _topology(self, volume: Volume) -> list[dict[str, str]]:
@@ -307,85 +311,6 @@ class ControllerService:
         page, next_token = self.store.list_volumes_held(starting_token, max_entries)
         return [ListedVolume(volume, holders) for volume, holders in page], next_token
 
-    # ----- snapshots -----
-    def create_snapshot(self, source_volume_id: str, name: str) -> Snapshot:
-        with self.inflight.hold(f"snapshot:{name}", "CreateSnapshot"):
-            existing = self.store.get_snapshot_by_name(name)
-            if existing is not None:
-                if existing.source_volume_id != source_volume_id:
-                    raise Incompatible(
-                        f"a snapshot named {name!r} already exists ({existing.snapshot_id}) of "
-                        f"volume {existing.source_volume_id}, not {source_volume_id}"
-                    )
-                return existing
-            volume = self._require_volume(source_volume_id)
-            return self._snapshot_locked(volume, name)
-
-    def _snapshot_locked(self, volume: Volume, name: str) -> Snapshot:
-        # The source is held too, so a DeleteVolume can't remove the file mid-copy.
-        with self.inflight.hold(volume.volume_id, "CreateSnapshot (source)"):
-            source = self.layout.volume_file(volume.volume_id)
-            if not source.exists():
-                raise VolumeNotFound(f"volume {volume.volume_id} has lost its backing file")
-            snapshot = Snapshot(
-                snapshot_id=new_snapshot_id(volume.node_id),
-                name=name,
-                source_volume_id=volume.volume_id,
-                size_bytes=volume.capacity_bytes,
-                created_at=time.time(),
-            )
-            dest = self.layout.snapshot_file(snapshot.snapshot_id)
-            refuse_below_reserve(self.system.pool.free_bytes(), "CreateSnapshot")
-            body = identity.snapshot_identity(snapshot, volume.fs_type)
-            try:
-                with making(self.system.pool, dest, body) as stamp:
-                    with (
-                        self.capacity.allocations.copying(self.system.pool.allocated(source)),
-                        self.consistency(volume.volume_id),
-                    ):
-                        self.system.pool.copy_sparse(source, dest)
-                    stamp()
-                    raced = self.store.insert_snapshot_unless_named(snapshot)
-            except NoSpace as e:
-                raise NoCapacity(f"the pool has no room for the snapshot's data: {e}") from e
-            if raced is not None:
-                discard(self.system.pool, dest)
-                return raced
-            log.info(
-                "created snapshot %s of %s (%d bytes allocated)",
-                snapshot.snapshot_id,
-                volume.volume_id,
-                self.system.pool.allocated(dest),
-            )
-            return snapshot
-
-    def delete_snapshot(self, snapshot_id: str) -> None:
-        if not is_snapshot_id(snapshot_id):
-            return
-        with self.inflight.hold(snapshot_id, "DeleteSnapshot"):
-            discard(self.system.pool, self.layout.snapshot_file(snapshot_id))
-            self.store.delete_snapshot(snapshot_id)
-            self.capacity.allocations.drop()  # its room is promisable again at once
-
-    def list_snapshots(
-        self, starting_token: str, max_entries: int, snapshot_id: str, source_volume_id: str
-    ) -> tuple[list[Snapshot], str]:
-        if max_entries < 0:
-            raise InvalidRequest("max_entries must not be negative")
-        if (snapshot_id and not is_snapshot_id(snapshot_id)) or (
-            source_volume_id and not is_volume_id(source_volume_id)
-        ):
-            return [], ""  # an ID this driver never issued matches nothing
-        return self.store.list_snapshots(
-            starting_token, max_entries, snapshot_id=snapshot_id, source=source_volume_id
-        )
-
-    def get_snapshot(self, snapshot_id: str) -> Snapshot:
-        snap = self.store.get_snapshot(snapshot_id) if is_snapshot_id(snapshot_id) else None
-        if snap is None:
-            raise SnapshotNotFound(f"snapshot {snapshot_id!r} does not exist")
-        return snap
-
     # ----- expansion and health -----
     def expand_volume(
         self, volume_id: str, required_bytes: int, limit_bytes: int
@@ -451,145 +376,34 @@ class ControllerService:
         holders = [p.node_id for p in self.store.publications(volume_id=volume_id)]
         return ListedVolume(volume, holders)
 
-    # ----- the ledger -----
+    # ----- snapshots (snapshots.py) -----
+    def create_snapshot(self, source_volume_id: str, name: str) -> Snapshot:
+        return self.snapshots.create_snapshot(source_volume_id, name)
+
+    def delete_snapshot(self, snapshot_id: str) -> None:
+        self.snapshots.delete_snapshot(snapshot_id)
+
+    def list_snapshots(
+        self, starting_token: str, max_entries: int, snapshot_id: str, source_volume_id: str
+    ) -> tuple[list[Snapshot], str]:
+        return self.snapshots.list_snapshots(
+            starting_token, max_entries, snapshot_id, source_volume_id
+        )
+
+    def get_snapshot(self, snapshot_id: str) -> Snapshot:
+        return self.snapshots.get_snapshot(snapshot_id)
+
+    # ----- the publish ledger (ledger.py) -----
     def publish(
         self, volume_id: str, node_id: str, cap: Capability, readonly: bool
     ) -> dict[str, str]:
-        access.check_capability(cap)
-        if not is_volume_id(volume_id):
-            raise VolumeNotFound(f"volume {volume_id!r} does not exist")
-        beat = self.layout.node_record(node_id)
-        if beat is None:
-            raise NodeNotFound(
-                f"node {node_id!r} has never sent a heartbeat to pool {self.layout.root}; is its "
-                "node plugin running with this pool?"
-            )
-        silent_for = beat.age()
-        with self.inflight.hold(volume_id, "ControllerPublishVolume"):
-            # A record can outlive its file (a state directory restored from an older backup):
-            # the pool is the truth, so there is nothing to publish.
-            if not self.layout.volume_file(volume_id).exists():
-                self._require_volume(volume_id)  # no record either: the plain NOT_FOUND
-                raise VolumeNotFound(
-                    f"volume {volume_id} has lost its backing file "
-                    f"{self.layout.volume_file(volume_id)}: its record outlived its data (a "
-                    "state directory restored from an older backup?); delete the volume"
-                )
-
-            def decide(
-                volume: Volume, holders: list[Publication], count: int, generation: int
-            ) -> ledger.PublishDecision:
-                return ledger.decide_publish(
-                    volume,
-                    node_id,
-                    cap,
-                    readonly,
-                    holders,
-                    count,
-                    self.config.max_volumes_per_node,
-                    generation,
-                    time.time(),
-                    heartbeat_age=silent_for,
-                    node_grace=self.config.node_grace,
-                )
-
-            decision = self.store.publish(volume_id, node_id, decide, actor="controller")
-            # Written on every call, including repeats: a crash between the commit and this
-            # write heals when the attacher retries.
-            self.write_lease(volume_id)
-            if isinstance(decision, ledger.Publish):
-                p = decision.publication
-                log.info(
-                    "published %s to node %s mode=%s ro=%s generation=%d",
-                    volume_id,
-                    node_id,
-                    p.access_mode.name,
-                    p.readonly,
-                    p.generation,
-                )
-            granted = decision.publication
-            return {
-                GENERATION_KEY: str(granted.generation),
-                READONLY_KEY: "true" if granted.readonly else "false",
-                ACCESS_TYPE_KEY: granted.access_type.value,
-            }
+        return self.ledger.publish(volume_id, node_id, cap, readonly)
 
     def unpublish(self, volume_id: str, node_id: str) -> None:
-        if not is_volume_id(volume_id):
-            return
-        with self.inflight.hold(volume_id, "ControllerUnpublishVolume"):
-            revocations = Revocations(
-                self.layout.heartbeats(volume_id), volume_id, self.config.node_grace
-            )
-            removed = self.store.unpublish(
-                volume_id, node_id, actor="controller", classify=revocations
-            )
-            if self.store.get_volume(volume_id) is not None:
-                self.write_lease(volume_id)
-            for p in removed:
-                if p.node_id in revocations.revoked:
-                    log.warning("REVOKED %s: %s", volume_id, revocations.revoked[p.node_id])
-                    continue
-                log.info(
-                    "unpublished %s from node %s (generation %d)",
-                    volume_id,
-                    p.node_id,
-                    p.generation,
-                )
-
-    def write_lease(self, volume_id: str) -> None:
-        sync_lease(self.store, self.layout, volume_id)
+        self.ledger.unpublish(volume_id, node_id)
 
     def reconcile(self) -> None:
-        """Make every lease file say what the ledger says. Backing files no record claims were
-        re-adopted or quarantined before this (service/pool_truth.py): none is removed here."""
-        for volume in self.store.all_volumes():
-            lease = self.layout.read_lease(volume.volume_id)
-            holders = {
-                p.node_id: p.generation for p in self.store.publications(volume_id=volume.volume_id)
-            }
-            if lease is None and not holders:
-                continue
-            if lease is None or lease.holders != holders:
-                log.warning(
-                    "repair: lease of %s said %s, ledger says %s; rewriting",
-                    volume.volume_id,
-                    lease.holders if lease else None,
-                    holders,
-                )
-                self.write_lease(volume.volume_id)
-            if not self.layout.volume_file(volume.volume_id).exists():
-                log.warning(
-                    "volume %s has no backing file in %s", volume.volume_id, self.layout.volumes
-                )
+        self.ledger.reconcile()
 
     def import_events(self) -> int:
-        return import_node_events(self.store, self.layout)
-
-
-def sync_lease(store: Store, layout: PoolLayout, volume_id: str) -> None:
-    """Write the lease file nodes read so that it says what the ledger says."""
-    newest, holders = store.lease(volume_id)
-    # Not fsynced: the lease is a cache of the durable ledger, rewritten whole on every change
-    # and by reconcile before the controller serves. A lease lost in a crash reads as unknown:
-    # nodes refuse to stage (the attacher retries) and fence nothing (see core.ledger).
-    layout.write_lease(ledger.Lease(volume_id, newest, holders))
-
-
-def import_node_events(store: Store, layout: PoolLayout) -> int:
-    """Move node-reported events (fences) from the pool into the audit trail."""
-    count = 0
-    for path, event in layout.take_events():
-        store.record(
-            "node:" + str(event.get("node_id", "?")),
-            str(event.get("action", "?")),
-            str(event.get("volume_id", "")),
-            str(event.get("node_id", "")),
-            int(event.get("generation", 0)),
-            str(event.get("reason", "")),
-            # Events written before ids were carried in the body are named by their id.
-            str(event.get("event_id") or path.stem),
-        )
-        path.unlink(missing_ok=True)
-        count += 1
-    return count
+        return self.ledger.import_events()

@@ -5,16 +5,14 @@ volume applies it (service/node/tuning.py), at stage time and on its fence pass 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 
 from csi_hostpath.core.errors import VolumeNotFound
 from csi_hostpath.core.mutable import Tuning, parse_mutable
 from csi_hostpath.core.naming import is_volume_id
+from csi_hostpath.service.controller._log import log
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.mutable import MutableRecords
-
-log = logging.getLogger(__name__)
 
 
 class ModifyService:

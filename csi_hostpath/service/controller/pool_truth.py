@@ -5,20 +5,18 @@ serves (claim it for this database, rebuild the index from it)."""
 from __future__ import annotations
 
 import errno
-import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from csi_hostpath.service.controller._log import log
 from csi_hostpath.store.backing import identity
 from csi_hostpath.store.backing.adopt import AdoptReport, adopt_pool
 from csi_hostpath.store.backing.owner import PoolClaim, claim_pool
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.base import NoSpace, Pool
-
-log = logging.getLogger(__name__)
 
 
 @contextmanager

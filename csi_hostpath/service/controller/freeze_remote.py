@@ -15,7 +15,6 @@ a consistent one.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
@@ -26,10 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from csi_hostpath.core.errors import Busy, FreezeTimedOut
+from csi_hostpath.service.controller._log import log
 from csi_hostpath.store.freeze_channel import FreezeChannel
 from csi_hostpath.store.pool import PoolLayout
-
-log = logging.getLogger(__name__)
 
 # For crash tests only (the same hook as the node's own freeze, service/node/freeze.py): hold
 # every remote freeze this many seconds once the node says "frozen".

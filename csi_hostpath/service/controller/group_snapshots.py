@@ -8,7 +8,6 @@ be seen with B ahead of A. The thaw runs on every path out, errors included."""
 from __future__ import annotations
 
 import hashlib
-import logging
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -16,10 +15,9 @@ from typing import Protocol
 
 from csi_hostpath.core.errors import Incompatible, InvalidRequest, SnapshotNotFound
 from csi_hostpath.core.model import Snapshot
-from csi_hostpath.service.consistency import Freeze
+from csi_hostpath.service.controller._log import log
+from csi_hostpath.service.controller.consistency import Freeze
 from csi_hostpath.store.groups import GroupRecord, GroupRecords, is_group_id, new_group_id
-
-log = logging.getLogger(__name__)
 
 
 class Snapshots(Protocol):
@@ -119,7 +117,12 @@ class GroupSnapshots:
     def member_index(self) -> dict[str, str]:
         return self.records.member_index()
 
-    def refuse_member_delete(self, snapshot_id: str) -> None:
+    def delete_snapshot(self, snapshot_id: str) -> None:
+        """DeleteSnapshot: a group's member goes only with its group."""
+        self._refuse_member_delete(snapshot_id)
+        self.snapshots.delete_snapshot(snapshot_id)
+
+    def _refuse_member_delete(self, snapshot_id: str) -> None:
         group_id = self.group_of(snapshot_id)
         if group_id:
             raise InvalidRequest(

@@ -31,7 +31,7 @@ from csi_hostpath.core.errors import (
     VolumeNotFound,
 )
 from csi_hostpath.core.naming import snapshot_home
-from csi_hostpath.service.allocations import Allocations
+from csi_hostpath.service.controller.allocations import Allocations
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.base import System
@@ -94,7 +94,7 @@ def missing_source(config: Config, kind: str, source_id: str) -> Exception:
 @dataclass
 class Capacity:
     """The pool's promise book: measured on each call (the volumes' allocations through a
-    conservative cache, service/allocations.py), serialised for the create path."""
+    conservative cache, service/controller/allocations.py), serialised for the create path."""
 
     config: Config
     store: Store

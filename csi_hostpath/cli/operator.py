@@ -1,0 +1,172 @@
+"""The operator's commands: doctor, demo, inspect and ledger. Each parses nothing and decides
+nothing: it opens the state, calls the use-case (doctor/, service/), and prints."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from csi_hostpath.cli.parser import DEFAULT_STATE_DIR
+
+
+def state_dirs(args: argparse.Namespace) -> tuple[Path, Path]:
+    from csi_hostpath.lookup import state_dir as find_state_dir
+
+    state_dir = find_state_dir(args.state_dir, DEFAULT_STATE_DIR)
+    return state_dir, Path(args.pool_dir).absolute() if args.pool_dir else state_dir / "pool"
+
+
+def doctor_main(args: argparse.Namespace) -> int:
+    from csi_hostpath.doctor import diagnose, exit_code, render
+
+    state_dir, pool_dir = state_dirs(args)
+    findings = diagnose(state_dir, pool_dir, args.endpoint, lost_after=args.node_lost_after)
+    print(render(findings))
+    return exit_code(findings)
+
+
+def demo_main(args: argparse.Namespace) -> int:
+    from csi_hostpath.demo import run_demo
+
+    state_dir, pool_dir = state_dirs(args)
+    return run_demo(args.endpoint, state_dir, pool_dir, sys.stdout)
+
+
+def inspect_main(args: argparse.Namespace) -> int:
+    from csi_hostpath.lookup import existing_volume, no_state, not_found
+    from csi_hostpath.service.inspect import as_json, inspect_volume, render_phases
+    from csi_hostpath.store.db import Store
+    from csi_hostpath.store.pool import PoolLayout
+
+    state_dir, pool_dir = state_dirs(args)
+    if not (state_dir / "state.db").exists():
+        print(no_state(state_dir), file=sys.stderr)
+        return 2
+    store = Store(state_dir / "state.db")
+    layout = PoolLayout(pool_dir)
+    try:
+        volume_id = existing_volume(store, layout, state_dir, args.volume)
+        if volume_id is None:
+            print(not_found(args.volume, state_dir), file=sys.stderr)
+            return 3
+        phases = inspect_volume(
+            store, layout, volume_id, args.node_grace, lost_after=args.node_lost_after
+        )
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps({"volume": volume_id, "phases": as_json(phases)}, indent=2))
+    else:
+        print(render_phases(phases))
+    return 0
+
+
+def _age(seconds: float | None) -> str:
+    from csi_hostpath.service.inspect import human_age
+
+    return "never seen" if seconds is None else human_age(seconds)
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
+    print("  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+def ledger_main(args: argparse.Namespace) -> int:
+    from csi_hostpath.core.errors import DriverError
+    from csi_hostpath.lookup import no_state, not_found, volume_id
+    from csi_hostpath.service.controller import PublishLedger
+    from csi_hostpath.service.guard import InFlight
+    from csi_hostpath.store.db import Store
+    from csi_hostpath.store.pool import PoolLayout
+
+    state_dir, pool_dir = state_dirs(args)
+    db_path = state_dir / "state.db"
+    if not db_path.exists():
+        print(no_state(state_dir), file=sys.stderr)
+        return 2
+    store = Store(db_path)
+    try:
+        volume = getattr(args, "volume", "")
+        if volume:
+            found = volume_id(store, state_dir, volume)
+            if found is None:
+                print(not_found(volume, state_dir), file=sys.stderr)
+                return 3
+            args.volume = found
+        node_grace = getattr(args, "node_grace", 0.0)
+        publications = PublishLedger(store, PoolLayout(pool_dir), InFlight(), node_grace=node_grace)
+        if args.ledger_command == "list":
+            rows = [
+                [
+                    p.volume_id,
+                    p.node_id,
+                    p.access_mode.name,
+                    "yes" if p.readonly else "no",
+                    str(p.generation),
+                    _when(p.published_at),
+                    _age(age),
+                ]
+                for p, age in publications.holders(args.volume)
+            ]
+            print_table(
+                ["volume", "node", "mode", "readonly", "generation", "since", "heartbeat age"], rows
+            )
+            return 0
+        if args.ledger_command == "audit":
+            print_table(
+                ["when", "actor", "action", "volume", "node", "generation", "reason"],
+                [
+                    [
+                        _when(a.at),
+                        a.actor,
+                        a.action,
+                        a.volume_id,
+                        a.node_id,
+                        str(a.generation),
+                        a.reason,
+                    ]
+                    for a in publications.audit(args.volume)
+                ],
+            )
+            return 0
+        # force-detach
+        actor = f"cli:{getpass.getuser()}@{socket.gethostname()}:pid{os.getpid()}"
+        try:
+            revoked, age = publications.force_detach(
+                args.volume,
+                args.node,
+                accept_data_loss=args.i_accept_data_loss,
+                actor=actor,
+                reason=args.reason,
+            )
+        except DriverError as e:
+            print(f"refused: {e}", file=sys.stderr)
+            return 1
+        if revoked is None:
+            print(f"node {args.node!r} holds no publication of {args.volume}; nothing to do")
+            return 0
+        print(
+            f"Force-detached {args.volume} from node {args.node!r} (generation "
+            f"{revoked.generation} revoked; node heartbeat {_age(age)} old). RISK: if that node "
+            "is still running and writing, the next node to mount this volume can corrupt it; "
+            "it will fence itself if it comes back and checks its lease."
+        )
+        return 0
+    finally:
+        store.close()

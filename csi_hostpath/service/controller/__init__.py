@@ -1,0 +1,20 @@
+"""The controller: ControllerService (service.py) and its parts, the publish ledger and
+force-detach (ledger.py), snapshots (snapshots.py), placement and capacity (placement.py,
+allocations.py), the pool as the truth (pool_truth.py), revocations (revocation.py), volume
+conditions (volume_condition.py), freezes asked of a node (freeze_remote.py, consistency.py),
+ModifyVolume (modify.py), group snapshots and snapshot metadata."""
+
+from csi_hostpath.service.controller.ledger import (
+    PublishLedger,
+    import_node_events,
+    sync_lease,
+)
+from csi_hostpath.service.controller.service import ControllerService, CreatedVolume
+
+__all__ = [
+    "ControllerService",
+    "CreatedVolume",
+    "PublishLedger",
+    "import_node_events",
+    "sync_lease",
+]
