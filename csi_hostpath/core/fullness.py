@@ -7,7 +7,6 @@ in the status table.)"""
 from __future__ import annotations
 
 import errno
-import sqlite3
 
 SQLITE_FULL = 13  # sqlite3.h; Python exposes it as sqlite3.SQLITE_FULL from 3.11 on
 _FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
@@ -18,7 +17,9 @@ def is_disk_full(exc: BaseException) -> bool:
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if isinstance(current, sqlite3.Error):
+        # Known by its module, so the core needs no sqlite import: every sqlite3 error class
+        # (OperationalError, DatabaseError, ...) is defined in module sqlite3.
+        if type(current).__module__ == "sqlite3":
             code = getattr(current, "sqlite_errorcode", None)
             if code == SQLITE_FULL or "database or disk is full" in str(current):
                 return True

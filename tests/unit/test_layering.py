@@ -1,0 +1,195 @@
+"""The package's layers, read from its source with ast: api -> service -> (core, store, system).
+
+- core/ imports only core/ and the standard library's pure modules: no I/O (files, processes,
+  sockets, sqlite, threads, logging) and nothing of another layer.
+- store/ and system/ import neither service/ nor api/.
+- A service package imports no other: service/node/ and service/controller/ never import each
+  other, and the modules they share at service/'s root import neither.
+- Nothing below api/ imports api/.
+- Only store/ runs SQL: outside it, no module imports sqlite3 (core/ classifies sqlite's errors
+  by their module name), calls .execute() or ._tx(), or holds a string of SQL.
+
+Each rule is checked on the package, and on a small tree written here with one deliberate
+violation of each, so a checker that stopped finding anything would fail too.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "csi_hostpath"
+
+# Standard-library modules whose use is I/O, or a process-wide side effect.
+IO_MODULES = frozenset({
+    "asyncio", "ctypes", "fcntl", "glob", "io", "logging", "mmap", "multiprocessing", "os",
+    "pathlib", "select", "shutil", "signal", "socket", "sqlite3", "subprocess", "sys",
+    "tempfile", "threading", "grpc", "psutil", "pyudev",
+})  # fmt: skip
+SQL = re.compile(
+    r"\b(SELECT\s.+\sFROM|INSERT\s+(OR\s+\w+\s+)?INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM"
+    r"|CREATE\s+(TABLE|INDEX)|PRAGMA\s+\w+|BEGIN\s+IMMEDIATE)\b",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+def _modules(root: Path) -> Iterator[tuple[str, Path]]:
+    """(dotted name inside the package, path) of every module but the generated stubs."""
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if rel.parts[0] == "_pb":
+            continue
+        yield ".".join(rel.with_suffix("").parts), path
+
+
+def _imports(path: Path, package: str) -> Iterator[str]:
+    """Every module the file imports, absolute; the package's own names without its prefix."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            # `from pkg import doctor` imports pkg.doctor; `from pkg.api import status` is api's.
+            names = (
+                [f"{package}.{alias.name}" for alias in node.names]
+                if node.module == package
+                else [node.module]
+            )
+        for name in names:
+            yield name[len(package) + 1 :] if name.startswith(package + ".") else name
+
+
+def _within(module: str, layer: str) -> bool:
+    return module == layer or module.startswith(layer + ".")
+
+
+def _service_package(module: str) -> str:
+    """service.node.x -> service.node; service.guard -> service (the shared root)."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 2 else "service"
+
+
+def layer_violations(root: Path, package: str = "csi_hostpath") -> list[str]:
+    found = []
+    for module, path in _modules(root):
+        for imported in set(_imports(path, package)):
+            ours = not imported.startswith(package) and (root / imported.split(".")[0]).exists()
+            if _within(module, "core"):
+                top = imported.split(".")[0]
+                if top in IO_MODULES:
+                    found.append(f"{module} (core) does I/O: imports {imported}")
+                elif ours and not _within(imported, "core"):
+                    found.append(f"{module} (core) imports {imported}, above it")
+            if not ours:
+                continue
+            below_api = any(_within(module, layer) for layer in ("core", "store", "system"))
+            if (below_api or _within(module, "service")) and _within(imported, "api"):
+                found.append(f"{module} imports {imported}: api/ is the top layer")
+            if below_api and _within(imported, "service"):
+                found.append(f"{module} imports {imported}: service/ is above it")
+            if _within(module, "service") and _within(imported, "service"):
+                mine, theirs = _service_package(module), _service_package(imported)
+                if theirs not in ("service", mine):
+                    found.append(f"{module} ({mine}) imports {imported}, another service package")
+    return found
+
+
+def sql_violations(root: Path, package: str = "csi_hostpath") -> list[str]:
+    found = []
+    for module, path in _modules(root):
+        if _within(module, "store"):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        # Docstrings may name SQL in prose (why a rule runs under BEGIN IMMEDIATE); code can't.
+        prose = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+        }
+        if "sqlite3" in {name.split(".")[0] for name in _imports(path, package)}:
+            found.append(f"{module} imports sqlite3")
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("execute", "executemany", "executescript", "_tx")
+            ):
+                found.append(f"{module}:{node.lineno} calls .{node.func.attr}()")
+            elif (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in prose
+                and SQL.search(node.value)
+            ):
+                found.append(f"{module}:{node.lineno} holds SQL: {node.value[:60]!r}")
+    return found
+
+
+def test_the_package_keeps_its_layers() -> None:
+    assert layer_violations(PACKAGE) == []
+
+
+def test_only_the_store_runs_sql() -> None:
+    assert sql_violations(PACKAGE) == []
+
+
+def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    root = tmp_path / "pkg"
+    for name in ("core", "store", "system", "service/node", "service/controller", "api"):
+        (root / name).mkdir(parents=True, exist_ok=True)
+        (root / name / "__init__.py").write_text("")
+    for name, body in files.items():
+        (root / name).write_text(body)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "expected"),
+    [
+        ("core/rule.py", "import os\n", "core) does I/O"),
+        ("core/rule.py", "from pkg.store.db import Store\n", "core) imports store.db"),
+        ("store/db.py", "from pkg.service.guard import InFlight\n", "service/ is above it"),
+        ("system/loop.py", "from pkg.api import status\n", "api/ is the top layer"),
+        ("service/guard.py", "from pkg.api.status import rpc\n", "api/ is the top layer"),
+        (
+            "service/node/stage.py",
+            "from pkg.service.controller.ledger import PublishLedger\n",
+            "another service package",
+        ),
+        (
+            "service/inspect.py",
+            "from pkg.service.node.agent import NodeAgent\n",
+            "another service package",
+        ),
+    ],
+)
+def test_each_layer_rule_finds_a_deliberate_violation(
+    tmp_path: Path, name: str, body: str, expected: str
+) -> None:
+    root = _tree(tmp_path, {name: body})
+    found = layer_violations(root, "pkg")
+    assert len(found) == 1 and expected in found[0], found
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("import sqlite3\n", "imports sqlite3"),
+        ("def f(db):\n    db.execute('x')\n", "calls .execute()"),
+        ("def f(store):\n    with store._tx():\n        pass\n", "calls ._tx()"),
+        ("Q = 'SELECT value FROM meta WHERE key=?'\n", "holds SQL"),
+        ("Q = 'INSERT OR IGNORE INTO publications (a) VALUES (?)'\n", "holds SQL"),
+    ],
+)
+def test_the_sql_rule_finds_a_deliberate_violation(
+    tmp_path: Path, body: str, expected: str
+) -> None:
+    root = _tree(tmp_path, {"service/node/adopt.py": body, "store/db.py": body})
+    found = sql_violations(root, "pkg")
+    assert len(found) == 1 and expected in found[0] and "service.node.adopt" in found[0], found
