@@ -19,7 +19,7 @@ import grpc
 import psutil
 
 from bench.harness import Stubs, cap_for
-from csi_hostpath import requests as rq
+from csi_hostpath import csi_requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
 
 STEPS = (

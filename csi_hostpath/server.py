@@ -30,7 +30,7 @@ from csi_hostpath.api.self_publish import SelfPublish
 from csi_hostpath.api.snapshot_metadata import SnapshotMetadataServicer
 from csi_hostpath.config import Config
 from csi_hostpath.endpoint import claim_endpoint
-from csi_hostpath.service import health as readiness
+from csi_hostpath.service import readiness
 from csi_hostpath.service.controller import ControllerService
 from csi_hostpath.service.controller.consistency import ReentrantConsistency
 from csi_hostpath.service.controller.freeze_remote import RemoteFreeze
@@ -44,7 +44,7 @@ from csi_hostpath.store.db import Store
 from csi_hostpath.store.freeze_channel import FreezeChannel
 from csi_hostpath.store.groups import GroupRecords
 from csi_hostpath.store.headroom import Headroom
-from csi_hostpath.store.mutable import MutableRecords
+from csi_hostpath.store.mutable_records import MutableRecords
 from csi_hostpath.store.open_state import open_store
 from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.base import System

@@ -17,7 +17,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from csi_hostpath import requests as rq
+from csi_hostpath import csi_requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.system.base import System
 from csi_hostpath.system.linux import linux_system

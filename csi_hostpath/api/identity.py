@@ -11,7 +11,7 @@ from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.api.status import rpc
 from csi_hostpath.config import Config, PoolScope
-from csi_hostpath.service import health
+from csi_hostpath.service import readiness
 from csi_hostpath.store.db import Store
 from csi_hostpath.system.base import System
 
@@ -58,7 +58,7 @@ class IdentityServicer(pb_grpc.IdentityServicer):
         if not self.started.is_set():
             log.info("not ready: the driver is still starting")
             return pb.ProbeResponse(ready=wrappers_pb2.BoolValue(value=False))
-        found = health.problems(self.config, self.store.path, self.system)
+        found = readiness.problems(self.config, self.store.path, self.system)
         if found:
             log.warning("not ready: %s", "; ".join(found))
         return pb.ProbeResponse(ready=wrappers_pb2.BoolValue(value=not found))

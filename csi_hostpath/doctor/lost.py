@@ -6,7 +6,7 @@ import shlex
 from pathlib import Path
 
 from csi_hostpath.doctor.finding import Finding
-from csi_hostpath.service.nodeloss import lost_volumes
+from csi_hostpath.service.lost_volumes import lost_volumes
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout
 

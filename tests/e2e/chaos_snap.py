@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from csi_hostpath import requests as rq
+from csi_hostpath import csi_requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
 from tests import helpers as h
 from tests.e2e.harness import PV, Attacher, Kubelet, Node, Plugin, Pod, Provisioner

@@ -31,7 +31,7 @@ from typing import Any
 
 import grpc
 
-from csi_hostpath import requests as rq
+from csi_hostpath import csi_requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
 from tests.conftest import Client, DriverProcess
 from tests.test_ledger_multinode import ledger_cli, mount_points

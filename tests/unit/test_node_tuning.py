@@ -6,7 +6,7 @@ from pathlib import Path
 
 from csi_hostpath.core.mutable import Tuning
 from csi_hostpath.service.node.tuning import NodeTuning
-from csi_hostpath.store.mutable import MutableRecords
+from csi_hostpath.store.mutable_records import MutableRecords
 from csi_hostpath.system.iolimits import FakeIoTuner
 
 VOL = "vol-" + "a" * 32

@@ -12,7 +12,7 @@ from csi_hostpath.core.mutable import Tuning, parse_mutable
 from csi_hostpath.core.naming import is_volume_id
 from csi_hostpath.service.controller._log import log
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.mutable import MutableRecords
+from csi_hostpath.store.mutable_records import MutableRecords
 
 
 class ModifyService:

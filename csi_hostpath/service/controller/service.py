@@ -45,7 +45,7 @@ from csi_hostpath.service.controller.pool_truth import discard, making
 from csi_hostpath.service.controller.snapshots import Snapshots
 from csi_hostpath.service.controller.volume_condition import node_io_errors
 from csi_hostpath.service.guard import InFlight
-from csi_hostpath.service.nodeloss import loss_of, release_lost
+from csi_hostpath.service.lost_volumes import loss_of, release_lost
 from csi_hostpath.store.backing import identity
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout

@@ -52,7 +52,7 @@ from csi_hostpath.service.node.stats import StagedVolumes, VolumeStats
 from csi_hostpath.service.node.tuning import NodeTuning
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.freeze_channel import FreezeChannel
-from csi_hostpath.store.mutable import MutableRecords
+from csi_hostpath.store.mutable_records import MutableRecords
 from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.base import System
 
