@@ -24,8 +24,8 @@ cache=${CSI_HOSTPATH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/csi-hostpath}
 . "$here/versions.env"
 
 # One program a line: NAME COMPONENT KIND WHAT. KIND is bin (go build WHAT), test (go test -c
-# WHAT) or crds (the *.yaml CRDs of MODULE/SUBDIR, WHAT being MODULE:SUBDIR, copied from the
-# module download).
+# WHAT) or crds (the *.yaml files of MODULE/SUBDIR, WHAT being MODULE:SUBDIR, copied from the
+# module download: CRDs, or the snapshot-controller's own RBAC and Deployment).
 programs() {
   cat <<'EOF'
 kube-apiserver          kubernetes                 bin   k8s.io/kubernetes/cmd/kube-apiserver
@@ -43,6 +43,7 @@ csi-resizer             external-resizer           bin   github.com/kubernetes-c
 csi-snapshotter         external-snapshotter       bin   github.com/kubernetes-csi/external-snapshotter/v8/cmd/csi-snapshotter
 snapshot-controller     external-snapshotter       bin   github.com/kubernetes-csi/external-snapshotter/v8/cmd/snapshot-controller
 snapshot-crds           external-snapshotter       crds  github.com/kubernetes-csi/external-snapshotter/client/v8:config/crd
+snapshot-controller-manifests external-snapshotter  crds  github.com/kubernetes-csi/external-snapshotter/v8:deploy/kubernetes/snapshot-controller
 csi-snapshot-metadata   external-snapshot-metadata bin   github.com/kubernetes-csi/external-snapshot-metadata/cmd/csi-snapshot-metadata
 snapshot-metadata-crds  external-snapshot-metadata crds  github.com/kubernetes-csi/external-snapshot-metadata/client:config/crd
 e2e.test                kubernetes                 test  k8s.io/kubernetes/test/e2e
@@ -314,6 +315,7 @@ versions() {
     p=$(path_of "$name")
     case "$name" in
       *-crds) echo "$name $(find "$p" -name '*.yaml' | wc -l) CRD files" ;;
+      *-manifests) echo "$name $(find "$p" -name '*.yaml' | wc -l) manifest files" ;;
       kubectl) echo "$name $("$p" version --client 2>&1 | head -1)" ;;
       etcdctl) echo "$name $("$p" version 2>&1 | head -1)" ;;
       helm) echo "$name $("$p" version --short 2>&1 | head -1)" ;;
