@@ -257,8 +257,8 @@ def check(work: Path, tag_prefix: str) -> list[Case]:
             backing = work / f"{name}.img"
             with open(backing, "wb") as handle:
                 handle.truncate(size)
-            devices.append(loop.attach(backing, f"{tag_prefix}fastpath-{name}").path)
-        ext4, xfs, blank = devices
+            devices.append(loop.attach(backing, f"{tag_prefix}fastpath-{name}"))
+        ext4, xfs, blank = (device.path for device in devices)
         _tool(["mkfs.ext4", "-F", "-q", ext4])
         _tool(["mkfs.xfs", "-f", "-q", xfs])
         return (

@@ -120,13 +120,13 @@ def released_after_teardown(root: Path, *points: Path) -> list[str]:
             return left
         # Still marked for release (only autoclear left) is worth waiting for; a device the
         # driver never detached is not, and is reported at once.
-        pending = [dev for dev in left if _autoclear(dev)]
+        pending = [dev for dev in left if autoclear_pending(dev)]
         if len(pending) < len(left) or time.monotonic() > deadline:
             return left
         time.sleep(0.05)
 
 
-def _autoclear(device: str) -> bool:
+def autoclear_pending(device: str) -> bool:
     """Is the device detached already, only waiting for its last user to close it?"""
     buf = _loop_status(device)
     if buf is None:

@@ -4,6 +4,11 @@ kernel do (other test runs, other drivers, udev), so a test can show it holds wi
 `with loop_churn(): ...` runs the churn in a child process for the block's duration; run alone
 (`python -m tests.loop_churn [SECONDS]`) it churns until killed or for SECONDS. Its devices are
 backed by files in its own temporary directory: on the way out only those are detached.
+
+`loop_churn(late_detaches=True)` adds a second child: another node plugin on the same kernel
+(the driver's own Loop) whose every detach is made twice, the second one late, after its device
+was released and its number may serve someone else's attach (a retried NodeUnstage, or a detach
+whose device a holder released between the find and the detach).
 """
 
 from __future__ import annotations
@@ -75,18 +80,45 @@ def churn(root: str) -> None:
         _detach_backed_under(root)
 
 
-@contextlib.contextmanager
-def loop_churn() -> Iterator[subprocess.Popen[bytes]]:
-    root = os.path.realpath(tempfile.mkdtemp(prefix="csihp-churn-"))
-    child = subprocess.Popen(
-        [sys.executable, "-c", f"from tests.loop_churn import churn; churn({root!r})"],
+def late_detach_churn(root: str) -> None:
+    """The driver's attach and detach, each detach made again a moment later."""
+    from csi_hostpath.system.linux import LinuxLoop
+
+    loop = LinuxLoop()
+    backing = Path(root) / "late"
+    with open(backing, "wb") as f:
+        f.truncate(BACKING_SIZE)
+    rounds = 0
+    while True:
+        rounds += 1
+        try:
+            device = loop.attach(backing, f"csihp-churn-late:{os.getpid()}:{rounds}")
+        except OSError:
+            continue  # lost its own device to someone else's detach: try again
+        loop.detach(device)
+        time.sleep(0.002)  # long enough for another process to attach the number just freed
+        loop.detach(device)
+
+
+def _spawn(call: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-c", f"from tests.loop_churn import *; {call}"],
         cwd=Path(__file__).resolve().parent.parent,
         start_new_session=True,
     )
+
+
+@contextlib.contextmanager
+def loop_churn(*, late_detaches: bool = False) -> Iterator[subprocess.Popen[bytes]]:
+    root = os.path.realpath(tempfile.mkdtemp(prefix="csihp-churn-"))
+    children = [_spawn(f"churn({root!r})")]
     try:
-        yield child
+        if late_detaches:
+            children.append(_spawn(f"late_detach_churn({root!r})"))
+        yield children[0]
     finally:
-        _stop_group(child)
+        for child in children:
+            _stop_group(child)
         for _ in range(100):  # a device in rundown may need a moment before it goes
             if not _detach_backed_under(root):
                 break

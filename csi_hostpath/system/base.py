@@ -155,8 +155,10 @@ class Loop(Protocol):
     def list(self, tag_prefix: str = "") -> list[LoopDevice]:
         """Every configured loop device whose tag starts with tag_prefix."""
 
-    def detach(self, device: str) -> None:
-        """Release the device. Clears its read-only flag first. An unconfigured device is fine."""
+    def detach(self, device: LoopDevice) -> None:
+        """Release the device if it still carries device's tag and backing file (its number may
+        serve someone else's attach by now: then nothing is touched). Clears its read-only flag
+        first. An unconfigured device is fine."""
 
     def refresh_capacity(self, device: str) -> None:
         """Make the device see its backing file's new size (LOOP_SET_CAPACITY)."""

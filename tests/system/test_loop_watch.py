@@ -39,7 +39,7 @@ def _detach_is_heard(env: Env, name: str) -> list[str]:
 
     stop = env.system.loop.watch(changed)
     try:
-        env.system.loop.detach(device.path)
+        env.system.loop.detach(device)
         assert detached.wait(5), f"no report of {device.path}; heard {heard[-20:]}"
     finally:
         stop()
@@ -51,7 +51,7 @@ def test_a_detach_is_reported_with_the_device(env: Env) -> None:
     if not env.real:  # the real watch's thread ends on its own time after stop()
         heard.clear()
         again = env.attach("other", EXT4_SIZE)
-        env.system.loop.detach(again.path)
+        env.system.loop.detach(again)
         assert heard == [], "a stopped watch still reports"
 
 
@@ -120,7 +120,9 @@ def test_a_detach_right_after_watch_is_heard_however_late_its_thread_starts(
         detached = threading.Event()
         stop = env.system.loop.watch(lambda path: path == device and detached.set())
         try:
-            env.system.loop.detach(device)
+            # losetup tags the device with the backing file's path.
+            (ours,) = [d for d in env.system.loop.list(str(env.work)) if d.path == device]
+            env.system.loop.detach(ours)
             assert detached.wait(5), f"no report of {device}"
         finally:
             stop()

@@ -6,6 +6,7 @@ fake. Assertions only the real kernel can make (EROFS, EIO, sysfs) are guarded b
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import fcntl
 import os
@@ -168,12 +169,30 @@ def test_list_by_prefix_and_detach(env: Env) -> None:
     assert loop.list(env.tag_prefix + "nothing") == []
     assert loop.find(env.tag("three")) is None
 
-    loop.detach(one.path)
+    loop.detach(one)
     assert loop.find(env.tag("one")) is None
     assert loop.list(env.tag_prefix) == [two]
-    loop.detach(one.path)  # already detached: fine
-    loop.detach(two.path)
+    loop.detach(one)  # already detached: fine
+    loop.detach(two)
     assert loop.list(env.tag_prefix) == []
+
+
+def test_a_late_detach_leaves_the_device_that_took_the_number_alone(env: Env) -> None:
+    """A detach that comes after its device was released (a holder let go between the find and
+    the detach) names a number that may serve another attach by now, of any process on the
+    kernel: only a device with the detached one's tag and backing file is released."""
+    loop = env.system.loop
+    one = env.attach("one", 8 * MiB)
+    two = env.attach("two", 8 * MiB)
+    for stale in (
+        dataclasses.replace(one, path=two.path),  # another tag and file on that number
+        dataclasses.replace(two, backing_inode=one.backing_inode),  # the tag, another file
+        dataclasses.replace(two, tag=one.tag),  # the file, another tag
+    ):
+        loop.detach(stale)
+        assert loop.find(env.tag("two")) == two, stale
+    loop.detach(two)  # the teardown checks that both go
+    loop.detach(one)
 
 
 def test_attach_read_only(env: Env) -> None:
@@ -181,7 +200,7 @@ def test_attach_read_only(env: Env) -> None:
     assert device.read_only
     with pytest.raises(CommandError):
         env.system.fs.mkfs(device.path, "ext4")
-    env.system.loop.detach(device.path)
+    env.system.loop.detach(device)
     again = env.attach("rw", 8 * MiB)
     assert not again.read_only
 
@@ -197,7 +216,7 @@ def test_detach_clears_read_only_flag(env: Env) -> None:
     assert not loop.find(env.tag("vol")).read_only  # type: ignore[union-attr]
 
     loop.set_read_only(device.path, True)
-    loop.detach(device.path)
+    loop.detach(device)
     if env.real:
         assert _sysfs_ro(device.path) == "0"
     following = env.attach("next", 8 * MiB)
@@ -243,7 +262,7 @@ def test_removed_backing_file_keeps_device(env: Env) -> None:
 
 def test_detach_while_mounted_waits_for_unmount(env: Env) -> None:
     device, target = env.mounted("vol", EXT4_SIZE)
-    env.system.loop.detach(device.path)
+    env.system.loop.detach(device)
     assert env.system.loop.find(env.tag("vol")) is not None  # still in use
     env.system.mounts.unmount(target)
     assert env.system.loop.find(env.tag("vol")) is None
@@ -261,14 +280,14 @@ def test_probe_mkfs_probe(env: Env, fs_type: str, size: int) -> None:
     env.system.fs.mkfs(device.path, fs_type)
     assert env.system.fs.probe(device.path) == fs_type
     # The filesystem lives in the file: a fresh attachment still sees it.
-    env.system.loop.detach(device.path)
+    env.system.loop.detach(device)
     again = env.system.loop.attach(Path(device.backing_file), env.tag("again"))
     assert env.system.fs.probe(again.path) == fs_type
 
 
 def test_copied_volume_keeps_its_filesystem(env: Env) -> None:
     device = env.formatted("vol", EXT4_SIZE)
-    env.system.loop.detach(device.path)
+    env.system.loop.detach(device)
     copy = env.pool_dir / "copy"
     env.system.pool.copy_sparse(Path(device.backing_file), copy)
     clone = env.system.loop.attach(copy, env.tag("copy"))
@@ -486,7 +505,7 @@ def test_block_device_bind(env: Env) -> None:
     assert env.system.mounts.find(str(target)) is None
     assert not env.system.devices.is_node(str(target), device.path)
     # Binding the node did not open the device: it detaches at once.
-    env.system.loop.detach(device.path)
+    env.system.loop.detach(device)
     assert env.system.loop.find(env.tag("vol")) is None
 
 

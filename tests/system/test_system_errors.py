@@ -114,7 +114,7 @@ def test_holders_of_a_device_name_who_has_it_open(env: Env) -> None:
         assert [h.pid for h in held] == [opener.pid], held
         assert held[0].how == "open file"
         # The detach only sets autoclear while the device is open: it stays, carrying its tag.
-        env.system.loop.detach(device.path)
+        env.system.loop.detach(device)
         assert env.system.loop.find(env.tag("vol")) is not None
     finally:
         opener.stop()
@@ -133,7 +133,7 @@ def test_attach_takes_back_a_device_whose_detach_waits_on_a_holder(env: Env) -> 
     device = env.attach("vol", EXT4_SIZE)
     opener = _Process(env, opens=device.path)
     try:
-        env.system.loop.detach(device.path)  # only marks it: the opener still has it open
+        env.system.loop.detach(device)  # only marks it: the opener still has it open
         again = env.attach("vol", EXT4_SIZE)
         assert again.path == device.path
     finally:

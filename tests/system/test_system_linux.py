@@ -140,7 +140,7 @@ def test_find_and_attach_scan_no_loop_devices(
     second = real_loop.attach(_sparse(work_dir, "second"), tag_prefix + "second")
     assert real_loop.find(tag_prefix + "second") == second
     assert real_loop.find(tag_prefix + "first") == first
-    real_loop.detach(second.path)
+    real_loop.detach(second)
     assert real_loop.find(tag_prefix + "second") is None
     assert scans == []
 

@@ -39,7 +39,7 @@ def test_a_device_detached_behind_the_drivers_back_is_abnormal_at_once(
 
         outside = fake_system(workdir / "other", kernel=kernel)  # losetup, on the same kernel
         [device] = outside.loop.list()
-        outside.loop.detach(device.path)
+        outside.loop.detach(device)
 
         _wait(lambda: "is ABNORMAL" in caplog.text)
         assert f"volume {vol.volume_id} is ABNORMAL" in caplog.text
@@ -96,7 +96,7 @@ def test_a_uevent_looks_only_at_its_device_and_holds_no_healthy_volume(
     watch.device_changed("/dev/loop999")
     watch.device_changed(device.path)
     assert holds == [] and watch.abnormal == {}
-    system.loop.detach(device.path)
+    system.loop.detach(device)
     watch.device_changed(device.path)
     assert holds == [volume_id] and volume_id in watch.abnormal
     store.close()

@@ -157,7 +157,7 @@ class NodeAdopt:
             device.path,
             volume_id,
         )
-        self.system.loop.detach(device.path)
+        self.system.loop.detach(device)
         self.unclaimed.drop(volume_id)
 
     def _adopt(self, volume_id: str, device: LoopDevice, entry: dict[str, Any]) -> str:

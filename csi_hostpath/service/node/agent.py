@@ -181,7 +181,7 @@ class NodeAgent:
             self.system.mounts.unmount(s.staging_path, lazy=True)
         device = self.system.loop.find(loop_tag(self.node_id, s.volume_id))
         if device is not None:
-            self.system.loop.detach(device.path)
+            self.system.loop.detach(device)
         self.store.delete_staging(s.volume_id)
         # The report first, then this node's own row under the same event id: in --mode all the
         # two land in one database, and the import of the report then adds nothing.

@@ -121,7 +121,7 @@ class InlineVolumes:
                     self.mounts.mount_staging(volume_id, device.path, staging, fs_type, cap)
                 except BaseException:
                     # Nothing records it yet, so nothing would ever remove it: undo now.
-                    self.system.loop.detach(device.path)
+                    self.system.loop.detach(device)
                     self.system.pool.remove(backing)
                     raise
                 staged = NodeStaging(

@@ -279,7 +279,7 @@ class NodeMounts:
             self.unmount(staging_path)
             mounted = self.system.mounts.find(staging_path)
         if device is not None:
-            self.system.loop.detach(device.path)
+            self.system.loop.detach(device)
             if self.system.loop.find(device.tag) is not None:
                 # Still open elsewhere: the kernel only set autoclear, and the device (and the
                 # backing file) stay in use until the holders close it. Logged, not kept for

@@ -218,7 +218,7 @@ class NodeService:
                     )
             except BaseException:
                 if fresh:  # leave the kernel as this call found it
-                    self.system.loop.detach(device.path)
+                    self.system.loop.detach(device)
                 raise
             self.store.save_staging(
                 NodeStaging(

@@ -165,12 +165,19 @@ class FakeLoop:
                 if self._kernel.devices[index].tag.startswith(tag_prefix)
             ]
 
-    def detach(self, device: str) -> None:
-        _fake_index(device)
+    def detach(self, device: LoopDevice) -> None:
+        _fake_index(device.path)
         with self._kernel.lock:
-            found = self._kernel.device(device)
+            found = self._kernel.device(device.path)
             if found is None:
                 return
+            st = os.fstat(found.fd)
+            if (found.tag, st.st_dev, st.st_ino) != (
+                device.tag,
+                device.backing_dev,
+                device.backing_inode,
+            ):
+                return  # the number serves another attach now: ours is gone already
             found.blkro = False
             if self._kernel.in_use(found):
                 found.autoclear = True

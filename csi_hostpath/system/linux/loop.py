@@ -214,22 +214,38 @@ def _tag_and_flags(fields: list[object]) -> tuple[str, int]:
     return name.split(b"\0", 1)[0].decode("utf-8", errors="replace"), flags
 
 
-def _read_status(device: str) -> _Status | None:
-    """The tag, flags and backing file identity of a configured device; None when it is not (or
-    no longer) configured."""
-    fd = _open_loop(device, os.O_RDONLY)
-    if fd is None:
-        return None
-    try:
-        fields = _get_status(fd)
-    finally:
-        os.close(fd)
+def _status_of(fd: int) -> _Status | None:
+    """The tag, flags and backing file identity of the open loop device fd; None when it is not
+    (or no longer) configured."""
+    fields = _get_status(fd)
     if fields is None:
         return None
     tag, flags = _tag_and_flags(fields)
     dev, inode = fields[0], fields[1]
     assert isinstance(dev, int) and isinstance(inode, int)
     return _Status(tag, flags, _user_dev(dev), inode)
+
+
+def _read_status(device: str) -> _Status | None:
+    """_status_of a device by path; None when it is gone or not configured."""
+    fd = _open_loop(device, os.O_RDONLY)
+    if fd is None:
+        return None
+    try:
+        return _status_of(fd)
+    finally:
+        os.close(fd)
+
+
+def _carries(status: _Status, device: LoopDevice) -> bool:
+    """Is the configured device of status the one described by device: same tag, same backing
+    file? The number alone says nothing: a released device's number serves the next attach of
+    any process on the kernel."""
+    return (status.tag, status.backing_dev, status.backing_inode) == (
+        device.tag,
+        device.backing_dev,
+        device.backing_inode,
+    )
 
 
 def _take_back(device: str, tag: str) -> bool:
@@ -420,14 +436,30 @@ class LinuxLoop:
         _INDEX.merge(seen)
         return devices
 
-    def detach(self, device: str) -> None:
+    def detach(self, device: LoopDevice) -> None:
+        """Release device if it is still the one described: its number may serve another
+        process's attach by now (a detach that comes late, after the device was released by its
+        last holder), and clearing that one took a volume away from under its mkfs or mount.
+        The check and the LOOP_CLR_FD go through one open fd, and the kernel releases a loop
+        device only at its last close, so the device checked is the device cleared."""
         # The index keeps its entry: a device still mounted only gets autoclear and carries its
         # tag until the last user closes it, and find() must still see it until then.
-        index = loop_index(device)
-        fd = _open_loop(device, os.O_RDONLY)
+        index = loop_index(device.path)
+        fd = _open_loop(device.path, os.O_RDONLY)
         if fd is None:
             return  # gone, or already being released
         try:
+            status = _status_of(fd)
+            if status is None:
+                return  # not configured, nothing to release
+            if not _carries(status, device):
+                log.info(
+                    "not detaching %s: it carries %r now, not %r (ours is gone already)",
+                    device.path,
+                    status.tag,
+                    device.tag,
+                )
+                return
             # A read-only flag set with BLKROSET outlives the attachment and would make the next
             # volume on this device unformattable, so it goes before the device is released.
             if read_sys(f"{SYS_BLOCK}/loop{index}/ro") == "1":
@@ -442,7 +474,7 @@ class LinuxLoop:
             os.close(fd)
         # Still open elsewhere (mounted, say)? The kernel then only sets autoclear, and the
         # device goes when its last user closes it.
-        log.info("detached %s", device)
+        log.info("detached %s (%s)", device.path, device.tag)
 
     def refresh_capacity(self, device: str) -> None:
         loop_index(device)
