@@ -5,13 +5,16 @@
 #   tools/cluster/down.sh --list   print what that is, touching nothing (no root needed)
 #   tools/cluster/down.sh --help
 #
+# The cluster is the default one, or CLUSTER_NAME's: only that one's things are touched, whatever
+# other cluster runs beside it.
+#
 # In order: thaw any frozen filesystem inside a node; end every process it started, by the PIDs
 # it recorded, then every process left in its cgroups (the nodes' containers); unmount what is
 # mounted under its root (the nodes' namespace pins among them: the nodes' own mounts go with
 # their mount namespaces); detach the loop devices whose backing file is under its root; delete
 # its veths, bridge and tagged iptables rules, its cgroups, its root and the mount-point
 # directories it made. Idempotent; each step goes on when another fails, and it exits 1 naming
-# what is left. The logs stay in .run/cluster/logs.
+# what is left. The logs stay in .run/cluster/logs (.run/NAME/logs).
 set -uo pipefail
 # shellcheck source=tools/cluster/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -20,6 +23,7 @@ load_settings
 # What a teardown looks for, for --list and for the tests.
 list() {
   local i
+  echo "cluster: $CLUSTER_NAME (slot ${CLUSTER_SLOT:-none}, tag $CLUSTER_TAG)"
   echo "processes: the PIDs in $CLUSTER_RUN/pids/*.pid (etcd, kube-apiserver," \
     "kube-controller-manager, kube-scheduler; each node's init, containerd, kubelet, kube-proxy)"
   echo "processes: every PID left in a cgroup under /$CLUSTER_TAG (the nodes' pods)"
@@ -32,9 +36,9 @@ list() {
     echo "veth: $(node_veth "$i")"
   done
   echo "bridge: $CLUSTER_BRIDGE"
-  echo "iptables rules: those commented '$CLUSTER_TAG' in the filter and nat tables"
+  echo "iptables rules: those commented '$CLUSTER_TAG' (that word alone) in the filter and nat tables"
   echo "cgroups: /$CLUSTER_TAG in every hierarchy"
-  echo "directories: $CLUSTER_ROOT; the mount points it made (listed in $CLUSTER_STATE/created-dirs)"
+  echo "directories: $CLUSTER_ROOT; the mount points it made (listed in $CLUSTER_STATE/created-dirs; handed to another cluster still up, which may have them mounted)"
   echo "files: $CLUSTER_RUN/{kubeconfig,pki,config,nodes,pids,bin} (the logs stay)"
 }
 
@@ -115,14 +119,13 @@ unmount_all() {
   local target n
   [ -d "$CLUSTER_ROOT" ] || return 0
   for n in 1 2 3; do
-    findmnt -rn -o TARGET | awk -v root="$CLUSTER_ROOT" 'index($0, root "/") == 1 || $0 == root' \
-      | sort -r | while read -r target; do
+    findmnt -rn -o TARGET | under_root | sort -r | while read -r target; do
       target=$(printf '%b' "$target")
       umount "$target" 2>/dev/null || umount -l "$target" 2>/dev/null || true
     done
   done
-  if findmnt -rn -o TARGET | awk -v root="$CLUSTER_ROOT" 'index($0, root "/") == 1' | grep -q .; then
-    left+=("mounts under $CLUSTER_ROOT: $(findmnt -rn -o TARGET | grep -F "$CLUSTER_ROOT" | tr '\n' ' ')")
+  if findmnt -rn -o TARGET | under_root | grep -q .; then
+    left+=("mounts under $CLUSTER_ROOT: $(findmnt -rn -o TARGET | under_root | tr '\n' ' ')")
   fi
 }
 
@@ -159,12 +162,12 @@ network() {
   done
   ip link show "$CLUSTER_BRIDGE" >/dev/null 2>&1 && ip link delete "$CLUSTER_BRIDGE"
   for table in filter nat; do
-    iptables -w -t "$table" -S 2>/dev/null | grep -F -- "--comment $CLUSTER_TAG" | while read -r line; do
+    iptables -w -t "$table" -S 2>/dev/null | tagged | while read -r line; do
       # -S prints "-A CHAIN SPEC"; the same SPEC after -D deletes that rule.
       eval "iptables -w -t $table -D ${line#-A }" || true
     done
   done
-  if iptables -w -S 2>/dev/null | grep -qF "$CLUSTER_TAG" || iptables -w -t nat -S 2>/dev/null | grep -qF "$CLUSTER_TAG"; then
+  if iptables -w -S 2>/dev/null | tagged -q || iptables -w -t nat -S 2>/dev/null | tagged -q; then
     left+=("iptables rules commented $CLUSTER_TAG")
   fi
   ip link show "$CLUSTER_BRIDGE" >/dev/null 2>&1 && left+=("bridge $CLUSTER_BRIDGE")
@@ -179,14 +182,29 @@ cgroups() {
   done
 }
 
+# The host directories the nodes' mounts sit on (/var/lib/kubelet, ...) that up.sh made. While
+# another cluster is up they are its nodes' mount points too, and removing a mount point takes
+# the mounts on it away in every mount namespace: so they go to that cluster's list instead, and
+# the last cluster down removes them.
+created_dirs() {
+  local f=$CLUSTER_STATE/created-dirs root _ d
+  [ -f "$f" ] || return 0
+  cluster_lock
+  while read -r root _; do
+    [ -n "$root" ] && [ "$root" != "$CLUSTER_ROOT" ] || continue
+    cat "$f" >>"$root/state/created-dirs"
+    cluster_unlock
+    return 0
+  done < <(cluster_instances)
+  sort -r "$f" | while read -r d; do rmdir "$d" 2>/dev/null || true; done
+  cluster_unlock
+}
+
 directories() {
-  local d
-  if [ -f "$CLUSTER_STATE/created-dirs" ]; then
-    sort -r "$CLUSTER_STATE/created-dirs" | while read -r d; do rmdir "$d" 2>/dev/null || true; done
-  fi
+  created_dirs
   if [ -d "$CLUSTER_ROOT" ]; then
     # Never through a mount: the pool and the host's own directories stay where they are.
-    if findmnt -rn -o TARGET | grep -qF "$CLUSTER_ROOT"; then
+    if findmnt -rn -o TARGET | under_root | grep -q .; then
       left+=("$CLUSTER_ROOT (still has mounts: not deleted)")
     else
       rm -rf --one-file-system "$CLUSTER_ROOT"

@@ -2,37 +2,70 @@
 # What up.sh, down.sh, node.sh and pki.sh share: the cluster's names, addresses and directories,
 # where its binaries are, and small helpers. Sourced, never run.
 #
-# Every setting can be overridden from the environment; down.sh reads the values up.sh used from
-# $CLUSTER_STATE/settings.env, so a teardown never depends on the caller's environment.
+# CLUSTER_NAME picks the cluster; every other setting can be overridden from the environment.
+# down.sh and node.sh read the values up.sh used from $CLUSTER_STATE/settings.env, so a teardown
+# depends on the caller's environment for the name only.
 
 CLUSTER_TOOLS=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CLUSTER_REPO=$(cd "$CLUSTER_TOOLS/../.." && pwd)
 
+log() { printf '%s cluster: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { printf 'cluster: %s\n' "$*" >&2; exit 1; }
+
+# Clusters run side by side on one machine, each under a name. The default name keeps the paths,
+# names, addresses and ports the cluster always had; any other name derives its own from the name
+# (directories, links, cgroups, the iptables tag) and from a slot (addresses and ports), the
+# lowest no other cluster holds when it comes up. `up.sh --settings` prints them.
+CLUSTER_DEFAULT_NAME=csi-hostpath
+CLUSTER_NAME=${CLUSTER_NAME:-$CLUSTER_DEFAULT_NAME}
+# Where every cluster's root is, so that each finds the others (the tests point it elsewhere).
+CLUSTER_BASE=${CLUSTER_BASE:-/var/lib}
+# How many clusters may run beside the default one: slots 1 to this, each with its own numbers.
+CLUSTER_MAX_SLOT=5
+if [ "$CLUSTER_NAME" = "$CLUSTER_DEFAULT_NAME" ]; then
+  cluster_root=$CLUSTER_BASE/csi-hostpath-cluster
+  cluster_run=$CLUSTER_REPO/.run/cluster
+  CLUSTER_TAG=csi-hostpath-cluster
+  cluster_bridge=chp-br0
+  cluster_veth=chp-v
+else
+  # The name goes into link names (at most 15 characters: chp-NAME-v9), node names (DNS labels)
+  # and .run/NAME, beside the default's .run/cluster and `make run`'s .run/state.
+  if ! [[ "$CLUSTER_NAME" =~ ^[a-z][a-z0-9]{0,7}$ ]] || [ "$CLUSTER_NAME" = cluster ] || [ "$CLUSTER_NAME" = state ]; then
+    die "CLUSTER_NAME '$CLUSTER_NAME': a lowercase letter and up to 7 more lowercase letters or digits, not 'cluster' or 'state' (unset: the default cluster, $CLUSTER_DEFAULT_NAME)"
+  fi
+  # Neither the root nor the tag starts with the default's, so no teardown that matches by
+  # prefix (an older checkout's down.sh among them) takes another cluster's things for its own.
+  cluster_root=$CLUSTER_BASE/chp-cluster-$CLUSTER_NAME
+  cluster_run=$CLUSTER_REPO/.run/$CLUSTER_NAME
+  CLUSTER_TAG=chp-cluster-$CLUSTER_NAME
+  cluster_bridge=chp-$CLUSTER_NAME-br
+  cluster_veth=chp-$CLUSTER_NAME-v
+fi
+
 # Every host directory, namespace pin and mount of the cluster lives under this root.
-CLUSTER_ROOT=${CLUSTER_ROOT:-/var/lib/csi-hostpath-cluster}
+CLUSTER_ROOT=${CLUSTER_ROOT:-$cluster_root}
 # The checkout's own files: kubeconfig, certificates, rendered configs, logs, PIDs.
-CLUSTER_RUN=${CLUSTER_RUN:-$CLUSTER_REPO/.run/cluster}
+CLUSTER_RUN=${CLUSTER_RUN:-$cluster_run}
 CLUSTER_STATE=$CLUSTER_ROOT/state
 CLUSTER_NODES=${CLUSTER_NODES:-2}
-CLUSTER_NAME=${CLUSTER_NAME:-csi-hostpath}
-# The tag every iptables rule, cgroup and link of the cluster carries, so down.sh finds them.
-CLUSTER_TAG=csi-hostpath-cluster
 CLUSTER_CACHE=${CSI_HOSTPATH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/csi-hostpath}
 
-# The cluster's own L2 network: a bridge on the host, one veth per node. Nothing of it is routed
-# to or from any other interface of the host.
-CLUSTER_BRIDGE=${CLUSTER_BRIDGE:-chp-br0}
-CLUSTER_NET_PREFIX=${CLUSTER_NET_PREFIX:-10.250.0}
-CLUSTER_HOST_IP=$CLUSTER_NET_PREFIX.1
-# Pods get 10.244.<node index>.0/24; services 10.96.0.0/12, the API server's at 10.96.0.1.
-CLUSTER_POD_CIDR=${CLUSTER_POD_CIDR:-10.244.0.0/16}
-CLUSTER_POD_PREFIX=${CLUSTER_POD_PREFIX:-10.244}
+# The cluster's own L2 network: a bridge on the host, one veth per node (the host's ends are
+# $CLUSTER_VETH1, 2, ...). Nothing of it is routed to or from any other interface of the host.
+CLUSTER_BRIDGE=${CLUSTER_BRIDGE:-$cluster_bridge}
+CLUSTER_VETH=${CLUSTER_VETH:-$cluster_veth}
+# Services get 10.96.0.0/12 in every cluster, the API server's at 10.96.0.1: only kube-proxy,
+# inside each node, ever sees a service address (the host routes none).
 CLUSTER_SERVICE_CIDR=${CLUSTER_SERVICE_CIDR:-10.96.0.0/12}
 CLUSTER_SERVICE_IP=${CLUSTER_SERVICE_IP:-10.96.0.1}
-CLUSTER_API_PORT=${CLUSTER_API_PORT:-6443}
-# etcd listens on the host's loopback only, away from the default ports other tools may use.
-CLUSTER_ETCD_PORT=${CLUSTER_ETCD_PORT:-12379}
-CLUSTER_ETCD_PEER_PORT=${CLUSTER_ETCD_PEER_PORT:-12380}
+# What listens inside each node's own network namespace, at the node's own address, is the same
+# in every cluster: the e2e suite dials the kubelet at 10250 and kube-proxy's health at 10256
+# (test/e2e/framework/ports.go, pkg/cluster/ports).
+CLUSTER_KUBELET_PORT=${CLUSTER_KUBELET_PORT:-10250}
+CLUSTER_KUBELET_HEALTHZ_PORT=${CLUSTER_KUBELET_HEALTHZ_PORT:-10248}
+CLUSTER_PROXY_HEALTHZ_PORT=${CLUSTER_PROXY_HEALTHZ_PORT:-10256}
+CLUSTER_PROXY_METRICS_PORT=${CLUSTER_PROXY_METRICS_PORT:-10249}
 CLUSTER_K8S_VERSION=${CLUSTER_K8S_VERSION:-v1.35.4}
 # The sandbox image: the name and tag the kubelet and the e2e suite use (test/utils/image/manifest.go).
 CLUSTER_PAUSE_IMAGE=${CLUSTER_PAUSE_IMAGE:-registry.k8s.io/pause:3.10.1}
@@ -42,16 +75,83 @@ CLUSTER_TIMEOUT=${CLUSTER_TIMEOUT:-180}
 # own (local, for pool.scope=local with the chart's other defaults unchanged).
 CLUSTER_POOL=${CLUSTER_POOL:-shared}
 
+# The numbers the environment sets itself win over those of the slot.
+for cluster_v in NET_PREFIX POD_PREFIX POD_CIDR API_PORT ETCD_PORT ETCD_PEER_PORT \
+  CONTROLLER_MANAGER_PORT SCHEDULER_PORT; do
+  cluster_v=CLUSTER_$cluster_v
+  printf -v "CLUSTER_ENV_${cluster_v#CLUSTER_}" '%s' "${!cluster_v-}"
+done
+unset cluster_v
+
+# cluster_instances: "ROOT SLOT NAME RUN" for every cluster under $CLUSTER_BASE that recorded its
+# settings (up or half up). A default cluster recorded before slots existed holds slot 0.
+cluster_instances() {
+  local f
+  for f in "$CLUSTER_BASE"/csi-hostpath-cluster/state/settings.env "$CLUSTER_BASE"/chp-cluster-*/state/settings.env; do
+    [ -f "$f" ] || continue
+    # shellcheck disable=SC2016 # expanded by that bash, after it read the file
+    env -u CLUSTER_SLOT bash -c '. "$1" && echo "${1%/state/settings.env} ${CLUSTER_SLOT:-0} $CLUSTER_NAME $CLUSTER_RUN"' settings "$f"
+  done
+}
+
+# free_slot: the slot this cluster recorded, else the lowest no other cluster holds (nothing when
+# every slot is taken).
+free_slot() {
+  local instances s
+  instances=$(cluster_instances)
+  s=$(awk -v self="$CLUSTER_ROOT" '$1 == self { print $2 }' <<<"$instances")
+  if [ -n "$s" ]; then echo "$s"; return 0; fi
+  for ((s = 1; s <= CLUSTER_MAX_SLOT; s++)); do
+    awk -v s="$s" '$2 == s { found = 1 } END { exit !found }' <<<"$instances" || { echo "$s"; return 0; }
+  done
+}
+
+# derive_numbers: the addresses and ports of $CLUSTER_SLOT. Slot 0 is the default cluster's:
+# 10.250.0.0/24 for the nodes, 10.244.0.0/16 for the pods, 6443 for the API server, etcd at
+# 12379. Slot S: 10.250.S.0/24, 10.(244+S).0.0/16, and the host ports 12400+10*S and up.
+derive_numbers() {
+  local s=${CLUSTER_SLOT:-} net='' pods='' api='' etcd='' peer='' cm='' scheduler='' base
+  if [ "$s" = 0 ]; then
+    net=10.250.0 pods=10.244 api=6443 etcd=12379 peer=12380 cm=10257 scheduler=10259
+  elif [ -n "$s" ]; then
+    base=$((12400 + 10 * s))
+    net=10.250.$s pods=10.$((244 + s)) api=$base etcd=$((base + 1)) peer=$((base + 2))
+    cm=$((base + 3)) scheduler=$((base + 4))
+  fi
+  CLUSTER_NET_PREFIX=${CLUSTER_ENV_NET_PREFIX:-$net}
+  CLUSTER_HOST_IP=$CLUSTER_NET_PREFIX.1
+  # Pods get <prefix>.<node index>.0/24.
+  CLUSTER_POD_PREFIX=${CLUSTER_ENV_POD_PREFIX:-$pods}
+  CLUSTER_POD_CIDR=${CLUSTER_ENV_POD_CIDR:-$CLUSTER_POD_PREFIX.0.0/16}
+  CLUSTER_API_PORT=${CLUSTER_ENV_API_PORT:-$api}
+  # etcd listens on the host's loopback only, away from the default ports other tools may use.
+  CLUSTER_ETCD_PORT=${CLUSTER_ENV_ETCD_PORT:-$etcd}
+  CLUSTER_ETCD_PEER_PORT=${CLUSTER_ENV_ETCD_PEER_PORT:-$peer}
+  CLUSTER_CONTROLLER_MANAGER_PORT=${CLUSTER_ENV_CONTROLLER_MANAGER_PORT:-$cm}
+  CLUSTER_SCHEDULER_PORT=${CLUSTER_ENV_SCHEDULER_PORT:-$scheduler}
+}
+if [ "$CLUSTER_NAME" = "$CLUSTER_DEFAULT_NAME" ]; then
+  [ "${CLUSTER_SLOT:-0}" = 0 ] || die "CLUSTER_SLOT=$CLUSTER_SLOT: the default cluster's slot is 0"
+  CLUSTER_SLOT=0
+elif [ -n "${CLUSTER_SLOT:-}" ]; then
+  [[ "$CLUSTER_SLOT" =~ ^[1-9][0-9]*$ ]] && [ "$CLUSTER_SLOT" -le "$CLUSTER_MAX_SLOT" ] \
+    || die "CLUSTER_SLOT=$CLUSTER_SLOT: 1 to $CLUSTER_MAX_SLOT (0 is the default cluster's)"
+  CLUSTER_SLOT_GIVEN=1
+else
+  CLUSTER_SLOT=$(free_slot)
+fi
+derive_numbers
+
 # The variables settings.env records (down.sh and node.sh read them back).
-CLUSTER_SETTINGS="CLUSTER_ROOT CLUSTER_RUN CLUSTER_NODES CLUSTER_NAME CLUSTER_BRIDGE
-  CLUSTER_NET_PREFIX CLUSTER_POD_CIDR CLUSTER_POD_PREFIX CLUSTER_SERVICE_CIDR CLUSTER_SERVICE_IP
-  CLUSTER_API_PORT CLUSTER_ETCD_PORT CLUSTER_ETCD_PEER_PORT CLUSTER_PAUSE_IMAGE CLUSTER_POOL"
+CLUSTER_SETTINGS="CLUSTER_ROOT CLUSTER_RUN CLUSTER_NODES CLUSTER_NAME CLUSTER_TAG CLUSTER_SLOT
+  CLUSTER_BRIDGE CLUSTER_VETH CLUSTER_NET_PREFIX CLUSTER_POD_CIDR CLUSTER_POD_PREFIX
+  CLUSTER_SERVICE_CIDR CLUSTER_SERVICE_IP CLUSTER_API_PORT CLUSTER_ETCD_PORT CLUSTER_ETCD_PEER_PORT
+  CLUSTER_CONTROLLER_MANAGER_PORT CLUSTER_SCHEDULER_PORT CLUSTER_KUBELET_PORT
+  CLUSTER_KUBELET_HEALTHZ_PORT CLUSTER_PROXY_HEALTHZ_PORT CLUSTER_PROXY_METRICS_PORT
+  CLUSTER_PAUSE_IMAGE CLUSTER_POOL"
 
 # usage SCRIPT: the comment block at the top of SCRIPT, its help.
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$1"; }
-
-log() { printf '%s cluster: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { printf 'cluster: %s\n' "$*" >&2; exit 1; }
 
 # Node i (1-based) is named like kind's workers, so the examples' node names read the same.
 node_name() { if [ "$1" -eq 1 ]; then echo "$CLUSTER_NAME-worker"; else echo "$CLUSTER_NAME-worker$1"; fi; }
@@ -59,7 +159,7 @@ node_ip() { echo "$CLUSTER_NET_PREFIX.$((10 + $1))"; }
 node_pod_cidr() { echo "$CLUSTER_POD_PREFIX.$1.0/24"; }
 node_pod_gateway() { echo "$CLUSTER_POD_PREFIX.$1.1"; }
 # The host end of node i's veth (interface names are at most 15 characters).
-node_veth() { echo "chp-v$1"; }
+node_veth() { echo "$CLUSTER_VETH$1"; }
 node_dir() { echo "$CLUSTER_ROOT/nodes/$(node_name "$1")"; }
 node_cgroup() { echo "/$CLUSTER_TAG/$(node_name "$1")"; }
 node_index() {
@@ -193,7 +293,53 @@ load_settings() {
   if [ -f "$CLUSTER_STATE/settings.env" ]; then
     # shellcheck disable=SC1091
     . "$CLUSTER_STATE/settings.env"
+    CLUSTER_HOST_IP=$CLUSTER_NET_PREFIX.1
   fi
+}
+
+# under_root: the lines of stdin that are the cluster's root or a path below it (never another
+# cluster's root that only starts with the same characters).
+under_root() { awk -v root="$CLUSTER_ROOT" 'index($0, root "/") == 1 || $0 == root'; }
+# tagged [GREP-OPTION...]: the lines of stdin (iptables -S) that carry the cluster's comment,
+# that word alone.
+tagged() { grep -E "$@" -- "--comment \"?$CLUSTER_TAG\"?( |$)"; }
+
+# down_args: what `make cluster-down` needs to end this cluster.
+down_args() { [ "$CLUSTER_NAME" = "$CLUSTER_DEFAULT_NAME" ] || printf ' CLUSTER_NAME=%s' "$CLUSTER_NAME"; }
+
+# claim_name: this name's cluster, if one is up, must be this checkout's: another checkout's is
+# that checkout's to end, not a half-up one of ours.
+claim_name() {
+  local owner
+  [ -f "$CLUSTER_STATE/settings.env" ] || return 0
+  # shellcheck disable=SC2016 # expanded by that bash, after it read the file
+  owner=$(bash -c '. "$1" && echo "$CLUSTER_RUN"' settings "$CLUSTER_STATE/settings.env")
+  [ "$owner" = "$CLUSTER_RUN" ] && return 0
+  die "the cluster '$CLUSTER_NAME' of $owner is up on this machine: make cluster-down$(down_args) there first (or tools/cluster/down.sh here ends it); another CLUSTER_NAME runs beside it"
+}
+
+# cluster_lock / cluster_unlock: one up.sh or down.sh of the machine at a time claims a slot or
+# hands over directories (a flock on $CLUSTER_BASE, released when the holder exits). Unlock
+# before starting anything that lives on: a child would inherit the lock.
+cluster_lock() {
+  exec {CLUSTER_LOCK_FD}<"$CLUSTER_BASE"
+  flock "$CLUSTER_LOCK_FD"
+}
+cluster_unlock() { exec {CLUSTER_LOCK_FD}<&-; }
+
+# claim_slot: under the lock, keep this cluster's slot or take the lowest free one (with its
+# numbers); fail when it is another cluster's or none is left.
+claim_slot() {
+  local root slot name run
+  if [ "${CLUSTER_SLOT_GIVEN:-0}" != 1 ] && [ "$CLUSTER_SLOT" != 0 ]; then
+    CLUSTER_SLOT=$(free_slot)
+    derive_numbers
+  fi
+  [ -n "$CLUSTER_SLOT" ] || die "every slot (1 to $CLUSTER_MAX_SLOT) is taken by another cluster: $(cluster_instances | awk '{ printf "%s ", $3 }')(make cluster-down CLUSTER_NAME=... ends one)"
+  while read -r root slot name run; do
+    [ -n "$root" ] && [ "$root" != "$CLUSTER_ROOT" ] && [ "$slot" = "$CLUSTER_SLOT" ] || continue
+    die "slot $slot (its addresses and ports) is cluster '$name''s, of $run: set another CLUSTER_SLOT, or none"
+  done < <(cluster_instances)
 }
 save_settings() {
   local v

@@ -16,7 +16,8 @@
 #   tools/cluster/node.sh list                  the node names
 #   tools/cluster/node.sh --help
 #
-# NODE is a node name (csi-hostpath-worker, csi-hostpath-worker2, ...) or its index (1, 2, ...).
+# NODE is a node name (csi-hostpath-worker, csi-hostpath-worker2, ...; NAME-worker, ... of the
+# cluster CLUSTER_NAME=NAME) or its index (1, 2, ...).
 # Inside the node, these host directories of its own are bind-mounted over the usual paths:
 # /var/lib/kubelet (rshared), /var/lib/containerd, /etc/cni/net.d, /var/log and
 # /var/lib/csi-hostpath (whose controller/ is the same host directory on every node, pool/ too
@@ -194,7 +195,7 @@ start() {
       ;;
     kubelet)
       wait_for "$name kubelet health" "$CLUSTER_TIMEOUT" "$name.kubelet" \
-        in_node "$name" curl -fsS --max-time 2 http://127.0.0.1:10248/healthz
+        in_node "$name" curl -fsS --max-time 2 "http://127.0.0.1:$CLUSTER_KUBELET_HEALTHZ_PORT/healthz"
       ;;
   esac
 }

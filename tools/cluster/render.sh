@@ -7,8 +7,9 @@
 #                                 certificates (tools/cluster/pki.sh DIR/pki makes them)
 #   tools/cluster/render.sh --help
 #
-# up.sh renders into .run/cluster; the settings come from lib.sh and the environment. Needs no
-# root and touches nothing else, so the fast tests render and read the same files.
+# up.sh renders into .run/cluster (.run/NAME); the settings come from lib.sh and the environment
+# (CLUSTER_NAME among them). Needs no root and touches nothing else, so the fast tests render and
+# read the same files.
 set -euo pipefail
 # shellcheck source=tools/cluster/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -19,7 +20,8 @@ case "${1:-}" in
 esac
 out=$1
 templates=$CLUSTER_TOOLS/templates
-export PKI=$out/pki CLUSTER_POD_CIDR CLUSTER_SERVICE_CIDR CLUSTER_SERVICE_IP CLUSTER_PAUSE_IMAGE
+export PKI=$out/pki CLUSTER_POD_CIDR CLUSTER_SERVICE_CIDR CLUSTER_SERVICE_IP CLUSTER_PAUSE_IMAGE \
+  CLUSTER_KUBELET_PORT CLUSTER_KUBELET_HEALTHZ_PORT CLUSTER_PROXY_HEALTHZ_PORT CLUSTER_PROXY_METRICS_PORT
 export CLUSTER_NODE_CIDR=$CLUSTER_NET_PREFIX.0/24 CNI_BIN_DIR=${CNI_BIN_DIR:-/usr/lib/cni}
 RUNC=$(cluster_bin runc 2>/dev/null || echo /usr/sbin/runc)
 export RUNC

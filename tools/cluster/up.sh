@@ -6,12 +6,19 @@
 #                                namespaces with its own containerd, kubelet and kube-proxy; the
 #                                image archives of tools/cluster/images.sh list imported into
 #                                every node. Waits until every node is Ready and a pod runs on
-#                                each, then prints the kubeconfig's path (.run/cluster/kubeconfig)
+#                                each, then prints the kubeconfig's path (.run/cluster/kubeconfig;
+#                                .run/NAME/kubeconfig for CLUSTER_NAME=NAME)
+#   tools/cluster/up.sh --settings  print the names, addresses and ports this CLUSTER_NAME gets
+#                                (those it recorded, if it is up), touching nothing
 #   tools/cluster/up.sh --help
 #
 # Idempotent: a cluster that is up and healthy is left as it is; a half-up one is taken down
 # first. On failure it prints the failing component's last log lines and takes down what it
 # started. Needs root. Settings, from the environment:
+#   CLUSTER_NAME=NAME        a cluster of that name beside the default one (csi-hostpath): its
+#                            own root, links, cgroups, addresses and ports (docs/kind.md); one
+#                            of each name on the machine
+#   CLUSTER_SLOT=S           its addresses and ports (1 to 5; default: the lowest free slot)
 #   CLUSTER_NODES=2          how many nodes
 #   CLUSTER_POOL=shared      /var/lib/csi-hostpath/pool is one host directory for every node;
 #                            local: each node's own (for the chart's pool.scope=local)
@@ -22,8 +29,22 @@ set -euo pipefail
 # shellcheck source=tools/cluster/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
+# print_settings: what --settings prints, one NAME=VALUE a line.
+print_settings() {
+  local v i
+  load_settings
+  for v in $CLUSTER_SETTINGS CLUSTER_HOST_IP; do printf '%s=%s\n' "$v" "${!v}"; done
+  printf 'CLUSTER_CGROUP=/%s\nKUBECONFIG=%s\n' "$CLUSTER_TAG" "$CLUSTER_RUN/kubeconfig"
+  for ((i = 1; i <= CLUSTER_NODES; i++)); do
+    printf 'NODE_%s_NAME=%s\nNODE_%s_IP=%s\nNODE_%s_VETH=%s\nNODE_%s_POD_CIDR=%s\nNODE_%s_CGROUP=%s\nNODE_%s_DIR=%s\n' \
+      "$i" "$(node_name "$i")" "$i" "$(node_ip "$i")" "$i" "$(node_veth "$i")" \
+      "$i" "$(node_pod_cidr "$i")" "$i" "$(node_cgroup "$i")" "$i" "$(node_dir "$i")"
+  done
+}
+
 case "${1:-}" in
   -h | --help) usage "$0"; exit 0 ;;
+  --settings) print_settings; exit 0 ;;
   "") ;;
   *) usage "$0" >&2; exit 2 ;;
 esac
@@ -144,7 +165,8 @@ control_plane() {
     --kubeconfig "$pki/controller-manager.kubeconfig" \
     --authentication-kubeconfig "$pki/controller-manager.kubeconfig" \
     --authorization-kubeconfig "$pki/controller-manager.kubeconfig" \
-    --bind-address 127.0.0.1 --leader-elect=false --use-service-account-credentials \
+    --bind-address 127.0.0.1 --secure-port "$CLUSTER_CONTROLLER_MANAGER_PORT" \
+    --leader-elect=false --use-service-account-credentials \
     --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
     --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
     --service-cluster-ip-range "$CLUSTER_SERVICE_CIDR" --cluster-cidr "$CLUSTER_POD_CIDR" \
@@ -153,7 +175,7 @@ control_plane() {
     --config "$CLUSTER_RUN/config/kube-scheduler.yaml" \
     --authentication-kubeconfig "$pki/scheduler.kubeconfig" \
     --authorization-kubeconfig "$pki/scheduler.kubeconfig" \
-    --bind-address 127.0.0.1 --profiling=false --v 1
+    --bind-address 127.0.0.1 --secure-port "$CLUSTER_SCHEDULER_PORT" --profiling=false --v 1
 }
 
 # The image archives every node gets: the pause image, then tools/cluster/images.sh list (the
@@ -240,16 +262,22 @@ EOF
   done
 }
 
-# free_ports: what the cluster listens on in the host's network namespace must be free, and its
-# node network must be no other interface's.
+# free_ports: what the cluster listens on in the host's network namespace must be free, its node
+# and pod networks no other interface's, its link names no other link's.
 free_ports() {
-  local port used
-  for port in "$CLUSTER_API_PORT" "$CLUSTER_ETCD_PORT" "$CLUSTER_ETCD_PEER_PORT" 10257 10259; do
+  local port used link
+  for port in "$CLUSTER_API_PORT" "$CLUSTER_ETCD_PORT" "$CLUSTER_ETCD_PEER_PORT" \
+    "$CLUSTER_CONTROLLER_MANAGER_PORT" "$CLUSTER_SCHEDULER_PORT"; do
     used=$(ss -Hltnp "sport = :$port" 2>/dev/null)
     [ -z "$used" ] || die "port $port is taken on this host: $used"
   done
   used=$(ip -o route show "$CLUSTER_NET_PREFIX.0/24" 2>/dev/null)
   [ -z "$used" ] || die "$CLUSTER_NET_PREFIX.0/24 is routed already ($used): set CLUSTER_NET_PREFIX"
+  used=$(ip -o route show root "$CLUSTER_POD_CIDR" 2>/dev/null)
+  [ -z "$used" ] || die "the pod range $CLUSTER_POD_CIDR is routed already ($used): set CLUSTER_POD_PREFIX"
+  for link in "$CLUSTER_BRIDGE" $(for ((i = 1; i <= CLUSTER_NODES; i++)); do node_veth "$i"; done); do
+    [ "${#link}" -le 15 ] || die "link name $link is longer than 15 characters: a shorter CLUSTER_NAME, or fewer nodes"
+  done
 }
 
 on_error() {
@@ -258,7 +286,7 @@ on_error() {
   if [ "$rc" -ne 0 ]; then
     [ -z "${failed_command:-}" ] || log "failed at up.sh line $failed_line: $failed_command"
     if [ "${CLUSTER_KEEP:-0}" = 1 ]; then
-      log "failed; CLUSTER_KEEP=1 leaves it as it is: logs in $CLUSTER_RUN/logs, make cluster-down ends it"
+      log "failed; CLUSTER_KEEP=1 leaves it as it is: logs in $CLUSTER_RUN/logs, make cluster-down$(down_args) ends it"
     else
       log "failed; taking down what was started (logs stay in $CLUSTER_RUN/logs)"
       bash "$CLUSTER_TOOLS/down.sh" >&2 || true
@@ -277,18 +305,21 @@ main() {
     echo "$CLUSTER_RUN/kubeconfig"
     return 0
   fi
-  if [ -e "$CLUSTER_STATE/settings.env" ]; then
-    local owner
-    owner=$(bash -c '. "$1" && echo "$CLUSTER_RUN"' settings "$CLUSTER_STATE/settings.env")
-    # Another checkout's cluster is that checkout's to end, not a half-up one of ours.
-    [ "$owner" = "$CLUSTER_RUN" ] \
-      || die "the cluster of $owner is up on this machine: make cluster-down there first (or tools/cluster/down.sh here ends it)"
-  fi
+  claim_name
   if [ -e "$CLUSTER_STATE" ] || [ -d "$CLUSTER_RUN/pids" ]; then
     log "a cluster is half up: taking it down first"
     bash "$CLUSTER_TOOLS/down.sh" >&2
   fi
+  # The slot and the settings are claimed at once, so two clusters coming up side by side never
+  # take the same addresses.
+  cluster_lock
+  claim_slot
   free_ports
+  mkdir -p "$CLUSTER_STATE"
+  save_settings
+  cluster_unlock
+  # What up.sh runs (pki.sh, render.sh, node.sh, down.sh) gets the same settings.
+  for i in $CLUSTER_SETTINGS; do export "${i?}"; done
   # The command that failed, for the message (errtrace: in functions and subshells too).
   set -E
   trap 'failed_command=$BASH_COMMAND failed_line=$LINENO' ERR
@@ -308,8 +339,7 @@ main() {
   CLUSTER_PAUSE_BIN=$(bash "$CLUSTER_TOOLS/pause.sh" path bin)
   export CLUSTER_PAUSE_BIN
 
-  mkdir -p "$CLUSTER_STATE" "$CLUSTER_ROOT/shared/pool" "$CLUSTER_ROOT/shared/controller"
-  save_settings
+  mkdir -p "$CLUSTER_ROOT/shared/pool" "$CLUSTER_ROOT/shared/controller"
   rm -rf "$CLUSTER_RUN/logs"
   mkdir -p "$CLUSTER_RUN/logs" "$CLUSTER_RUN/pids" "$CLUSTER_RUN/config" "$CLUSTER_RUN/bin"
   for i in /var/lib/kubelet /var/lib/containerd /etc/cni/net.d /var/log /var/lib/csi-hostpath; do
@@ -347,7 +377,7 @@ main() {
   log "a pod on every node"
   check_pods
   trap - EXIT
-  log "up in $((SECONDS - start))s: $CLUSTER_NODES nodes, Kubernetes $("$KUBECTL" version --client | sed -n 's/^Client Version: //p')"
+  log "up in $((SECONDS - start))s: cluster '$CLUSTER_NAME' (slot $CLUSTER_SLOT, API server 127.0.0.1:$CLUSTER_API_PORT), $CLUSTER_NODES nodes, Kubernetes $("$KUBECTL" version --client | sed -n 's/^Client Version: //p')"
   log "kubectl: export KUBECONFIG=$CLUSTER_RUN/kubeconfig PATH=$CLUSTER_RUN/bin:\$PATH"
   echo "$CLUSTER_RUN/kubeconfig"
 }
