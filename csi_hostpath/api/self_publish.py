@@ -1,11 +1,11 @@
 """The node's own hold on a volume when the CO does no attach (the chart's local shape).
 
 With CSIDriver attachRequired: false, Kubernetes never calls ControllerPublishVolume, but NodeStage
-still needs the fencing generation a publish grants (service/node.py, `_generation`). In local
-scope with the controller service in the same process (--mode all --self-publish), the node asks
-its own controller for that hold at NodeStage and gives it back at NodeUnstage. The ledger and the
-leases stay the one record of who holds what, and the audit names every hold.
-See docs/design.md, "The local shape"."""
+still needs the fencing generation a publish grants (service/node/agent.py, `granted_generation`).
+In local scope with the controller service in the same process (--mode all --self-publish), the
+node asks its own controller for that hold at NodeStage and gives it back at NodeUnstage. The
+ledger and the leases stay the one record of who holds what, and the audit names every hold. See
+docs/design.md, "The local shape"."""
 
 from __future__ import annotations
 

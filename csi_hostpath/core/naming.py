@@ -8,7 +8,7 @@ import re
 import uuid
 
 VOLUME_ID_PATTERN = re.compile(r"vol-[0-9a-f]{32}")
-# A snapshot cut from a local pool names its node after "@" (issue 14): a restore asked on
+# A snapshot cut from a local pool names its node after "@": a restore asked on
 # another node can then say where the source is, and the provisioner reschedules there. Only
 # node names of Kubernetes' own shape are carried (they fit, and hold no "/"); the ID stays
 # within the spec's 128 bytes (5 + 32 + 1 + 80).

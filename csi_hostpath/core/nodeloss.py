@@ -1,4 +1,4 @@
-"""When a node is lost, and so are the volumes whose data lives only on it (issue 14).
+"""When a node is lost, and so are the volumes whose data lives only on it.
 
 A local pool's volumes live on one node. That node is *lost* when an operator says so
 (`csi-hostpath node forget N --reason ...`, an audit row), or when its node plugin has been silent

@@ -1,6 +1,6 @@
 """Where is a volume in its lifecycle, and what is it waiting for?
 
-"Bound" proves one phase, not five (seed 2). This reads the controller's store, the pool (backing
+"Bound" proves one phase, not five. This reads the controller's store, the pool (backing
 file, lease, node heartbeats with what each node reports staged) and answers one row per phase:
 its state and, where it is stuck, why and what is the next safe action.
 """

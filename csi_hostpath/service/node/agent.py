@@ -89,7 +89,7 @@ class NodeAgent:
 
     def report_io_errors(self) -> None:
         """Write errors appear between RPCs (a thin pool runs out under a running pod), so each
-        fence pass reports a volume whose filesystem error count changed (issue 11 case 7)."""
+        fence pass reports a volume whose filesystem error count changed, for its condition."""
         for s in self.store.stagings():
             if s.access_type != AccessType.MOUNT:
                 continue

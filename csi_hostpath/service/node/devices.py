@@ -49,7 +49,8 @@ class DeviceWatch:
     def device_changed(self, device: str) -> None:
         # A uevent comes for every attach and detach on the host, other plugins' and this
         # node's own NodeStage and NodeUnstage included: only the volumes staged on that device
-        # (and those already abnormal) are looked at, never every staging (issue 16).
+        # (and those already abnormal) are looked at, never every staging: the cost of a uevent
+        # does not grow with what the node holds.
         candidates = dict.fromkeys(s.volume_id for s in self.store.stagings_on_device(device))
         for volume_id in [*candidates, *self.abnormal]:
             self.check(volume_id)

@@ -55,7 +55,7 @@ class NodeMounts:
         # Inline ephemeral volumes belong to this node alone. Their mount points live in its
         # state directory (they hold no bytes); their files live in the pool, in a directory of
         # this node's own that no controller's reconcile reads. A file beside state.db let any
-        # pod fill the filesystem that the store must commit to (issue 11 case 4).
+        # pod fill the filesystem that the store must commit to.
         self.ephemeral_dir = ephemeral_dir
         # Path (a target, a staging path, or a device whose detach waits) -> who held it busy at
         # the last try; the heartbeat reports it, so inspect names them too.

@@ -1,4 +1,4 @@
-"""The CO's staging and target paths, judged by what they resolve to (issue 11 case 12).
+"""The CO's staging and target paths, judged by what they resolve to, never by their text.
 
 Comparing strings let a symlink through: a staging path that was a symlink to the state
 directory had a volume mounted over state.db, and a dangling symlink at a block target had the
