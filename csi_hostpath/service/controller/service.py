@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from csi_hostpath.config import Config, PoolScope
-from csi_hostpath.core import access, conditions
+from csi_hostpath.core import access
 from csi_hostpath.core.capacity import refuse_below_reserve
 from csi_hostpath.core.context_keys import (
     FS_TYPE_KEY,
@@ -43,7 +43,7 @@ from csi_hostpath.service.controller.placement import (
 )
 from csi_hostpath.service.controller.pool_truth import discard, making
 from csi_hostpath.service.controller.snapshots import Snapshots
-from csi_hostpath.service.controller.volume_condition import node_io_errors
+from csi_hostpath.service.controller.volume_condition import volume_condition
 from csi_hostpath.service.guard import InFlight
 from csi_hostpath.service.lost_volumes import loss_of, release_lost
 from csi_hostpath.store.backing import identity
@@ -353,23 +353,7 @@ class ControllerService:
 
     def condition(self, volume: Volume, holders: Sequence[str]) -> tuple[bool, str]:
         """(abnormal, message) for the volume's backing store, and what its holders saw."""
-        path = self.layout.volume_file(volume.volume_id)
-        size = self.system.pool.size(path)
-        if size is None:
-            return True, (
-                f"the backing file {path} is missing: the volume's data is gone; restore it "
-                "from a snapshot or delete the volume"
-            )
-        if size != volume.capacity_bytes:
-            return True, (
-                f"the backing file is {size} bytes, but the volume should have "
-                f"{volume.capacity_bytes}; it was changed outside the driver"
-            )
-        if self.system.pool.free_bytes() == 0:
-            return True, conditions.pool_full(str(self.layout.root))
-        if seen := node_io_errors(self.layout, volume.volume_id, holders):
-            return True, seen
-        return False, "backing file present, size as recorded"
+        return volume_condition(volume, holders, self.system.pool, self.layout)
 
     def get_volume(self, volume_id: str) -> ListedVolume:
         volume = self._require_volume(volume_id)

@@ -1,4 +1,5 @@
-"""What the nodes have seen of a volume's health, for the controller's VolumeCondition.
+"""The controller's VolumeCondition: the backing file as the pool has it, and what the volume's
+holders have seen of its health.
 
 The controller can't see a node's filesystems (in the chart's shape it runs on another machine),
 so each node plugin counts the filesystem errors of the volumes it has staged and reports them in
@@ -9,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from csi_hostpath.core import conditions
+from csi_hostpath.core.model import Volume
 from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.system.base import Pool
 
 
 def node_io_errors(layout: PoolLayout, volume_id: str, holders: Iterable[str]) -> str:
@@ -23,3 +26,26 @@ def node_io_errors(layout: PoolLayout, volume_id: str, holders: Iterable[str]) -
             device = str(entry.get("device", "its loop device"))
             return conditions.io_errors(count, str(entry.get("fs_type", "")), device, node_id)
     return ""
+
+
+def volume_condition(
+    volume: Volume, holders: Iterable[str], pool: Pool, layout: PoolLayout
+) -> tuple[bool, str]:
+    """(abnormal, message) for the volume's backing file, the pool's room, and its holders."""
+    path = layout.volume_file(volume.volume_id)
+    size = pool.size(path)
+    if size is None:
+        return True, (
+            f"the backing file {path} is missing: the volume's data is gone; restore it "
+            "from a snapshot or delete the volume"
+        )
+    if size != volume.capacity_bytes:
+        return True, (
+            f"the backing file is {size} bytes, but the volume should have "
+            f"{volume.capacity_bytes}; it was changed outside the driver"
+        )
+    if pool.free_bytes() == 0:
+        return True, conditions.pool_full(str(layout.root))
+    if seen := node_io_errors(layout, volume.volume_id, holders):
+        return True, seen
+    return False, "backing file present, size as recorded"
