@@ -9,6 +9,7 @@ write lock) → write the lease nodes read. A crash between the two heals on the
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from csi_hostpath.core import access, ledger
 from csi_hostpath.core.context_keys import ACCESS_TYPE_KEY, GENERATION_KEY, READONLY_KEY
@@ -22,21 +23,13 @@ from csi_hostpath.store.db import AuditEntry, Store
 from csi_hostpath.store.pool import PoolLayout
 
 
+@dataclass
 class PublishLedger:
-    def __init__(
-        self,
-        store: Store,
-        layout: PoolLayout,
-        inflight: InFlight,
-        *,
-        node_grace: float,
-        max_volumes_per_node: int = 0,
-    ) -> None:
-        self.store = store
-        self.layout = layout
-        self.inflight = inflight
-        self.node_grace = node_grace
-        self.max_volumes_per_node = max_volumes_per_node
+    store: Store
+    layout: PoolLayout
+    inflight: InFlight
+    node_grace: float
+    max_volumes_per_node: int = 0
 
     def publish(
         self, volume_id: str, node_id: str, cap: Capability, readonly: bool

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 
 from csi_hostpath.core.capacity import refuse_below_reserve
 from csi_hostpath.core.errors import (
@@ -29,22 +30,14 @@ from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.base import NoSpace, System
 
 
+@dataclass
 class Snapshots:
-    def __init__(
-        self,
-        store: Store,
-        system: System,
-        layout: PoolLayout,
-        inflight: InFlight,
-        capacity: Capacity,
-        consistency: Callable[[str], AbstractContextManager[None]],
-    ) -> None:
-        self.store = store
-        self.system = system
-        self.layout = layout
-        self.inflight = inflight
-        self.capacity = capacity
-        self.consistency = consistency
+    store: Store
+    system: System
+    layout: PoolLayout
+    inflight: InFlight
+    capacity: Capacity
+    consistency: Callable[[str], AbstractContextManager[None]]
 
     def _require_volume(self, volume_id: str) -> Volume:
         volume = self.store.get_volume(volume_id) if is_volume_id(volume_id) else None
