@@ -23,13 +23,13 @@ from csi_hostpath.system.linux import (
     LinuxFs,
     LinuxLoop,
     LinuxMounts,
+    loop_ioctl,
     mount_scope,
     parse_mountinfo,
     read_mountinfo,
     topmost,
     unescape_mountinfo,
 )
-from csi_hostpath.system.linux import loop as linux_loop
 from csi_hostpath.system.linux import mounts as linux_mounts
 from csi_hostpath.system.linux import statmount as linux_statmount
 
@@ -70,7 +70,7 @@ def _wrap_ioctl(monkeypatch: pytest.MonkeyPatch, hook: Callable[[int, int, objec
         hook(fd, request, arg)
         return original(fd, request, arg, mutate)
 
-    # linux_loop.py looks fcntl.ioctl up at each call, so patching the module reaches it.
+    # loop_ioctl.py looks fcntl.ioctl up at each call, so patching the module reaches it.
     monkeypatch.setattr(fcntl, "ioctl", wrapped)
 
 
@@ -116,13 +116,13 @@ def test_attach_retries_when_the_free_device_was_taken(
 def _count_loop_scans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """A list that gains an entry each time the loop driver scans every loop device."""
     scans: list[int] = []
-    original = linux_loop._configured_loop_indices
+    original = loop_ioctl.configured_loop_indices
 
     def counted() -> list[int]:
         scans.append(1)
         return original()
 
-    monkeypatch.setattr(linux_loop, "_configured_loop_indices", counted)
+    monkeypatch.setattr(loop_ioctl, "configured_loop_indices", counted)
     return scans
 
 
@@ -150,7 +150,6 @@ def test_the_start_scans_loop_devices_once(
     real_loop: LinuxLoop, work_dir: Path, tag_prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Reconcile's list() is the start's one scan; the index takes it instead of scanning again.
-    monkeypatch.setattr(linux_loop, "_INDEX", linux_loop._TagIndex())
     scans = _count_loop_scans(monkeypatch)
     real_loop.list(tag_prefix)
     assert real_loop.find(tag_prefix + "missing") is None

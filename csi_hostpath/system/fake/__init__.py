@@ -47,7 +47,7 @@ from csi_hostpath.system.fake.kernel import (
 )
 from csi_hostpath.system.fake.mounts import FakeMounts
 from csi_hostpath.system.iolimits import FakeIoTuner
-from csi_hostpath.system.linux.loop import encode_tag
+from csi_hostpath.system.linux.loop_ioctl import encode_tag
 from csi_hostpath.system.linux.pool import LinuxPool
 
 # The kernel and the mounts live in fake_kernel.py and fake_mounts.py; callers import from here.

@@ -19,7 +19,8 @@ from csi_hostpath.system.linux.fs import (
     FS_SHUTDOWN_NOSYNC,
     LinuxFs,
 )
-from csi_hostpath.system.linux.loop import (
+from csi_hostpath.system.linux.loop import LinuxDevices, LinuxLoop
+from csi_hostpath.system.linux.loop_ioctl import (
     BLKGETSIZE64,
     BLKROSET,
     LO_FLAGS_DIRECT_IO,
@@ -30,8 +31,6 @@ from csi_hostpath.system.linux.loop import (
     LOOP_CTL_GET_FREE,
     LOOP_GET_STATUS64,
     LOOP_SET_CAPACITY,
-    LinuxDevices,
-    LinuxLoop,
     encode_tag,
     loop_index,
 )

@@ -10,7 +10,7 @@ import struct
 from csi_hostpath.system.base import CommandError, FsStats
 from csi_hostpath.system.errors import command_error, syscall_error
 from csi_hostpath.system.linux._log import log
-from csi_hostpath.system.linux.loop import (
+from csi_hostpath.system.linux.loop_ioctl import (
     LOOP_GET_STATUS64,
     LOOP_INFO64,
     SYS_BLOCK,
