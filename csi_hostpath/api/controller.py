@@ -11,7 +11,7 @@ from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.api import convert
 from csi_hostpath.api.copy_pool import CopyPool
-from csi_hostpath.api.status import rpc
+from csi_hostpath.api.status import RpcServicer, rpc
 from csi_hostpath.service.controller import ControllerService, CreatedVolume
 from csi_hostpath.service.controller.group_snapshots import GroupSnapshots
 from csi_hostpath.service.controller.modify import ModifyService
@@ -44,7 +44,7 @@ def _condition(state: tuple[bool, str]) -> pb.VolumeCondition:
     return pb.VolumeCondition(abnormal=state[0], message=state[1])
 
 
-class ControllerServicer(pb_grpc.ControllerServicer):
+class ControllerServicer(RpcServicer, pb_grpc.ControllerServicer):
     def __init__(
         self,
         service: ControllerService,
@@ -54,6 +54,8 @@ class ControllerServicer(pb_grpc.ControllerServicer):
         room: Room | None = None,
     ) -> None:
         self.service = service
+        # A copy in --mode all freezes the volume where this process's node mounted it.
+        self.shared_lookups = service.system.mounts.shared_lookups
         self.modify = modify
         self.groups = groups
         self.room = room  # reserved headroom, given back when a teardown finds the disk full

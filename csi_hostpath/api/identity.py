@@ -9,7 +9,7 @@ from google.protobuf import wrappers_pb2
 from csi_hostpath import __version__
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
-from csi_hostpath.api.status import rpc
+from csi_hostpath.api.status import RpcServicer, rpc
 from csi_hostpath.config import Config, PoolScope
 from csi_hostpath.service import readiness
 from csi_hostpath.store.db import Store
@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 Cap = pb.PluginCapability
 
 
-class IdentityServicer(pb_grpc.IdentityServicer):
+class IdentityServicer(RpcServicer, pb_grpc.IdentityServicer):
     def __init__(
         self, config: Config, store: Store, started: threading.Event, system: System | None
     ) -> None:

@@ -6,7 +6,7 @@ from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.api import convert
 from csi_hostpath.api.self_publish import SelfPublish
-from csi_hostpath.api.status import rpc
+from csi_hostpath.api.status import RpcServicer, rpc
 from csi_hostpath.core.model import AccessType
 from csi_hostpath.service.node import NodeService
 from csi_hostpath.service.teardown import Room, retry_when_full
@@ -22,7 +22,7 @@ CAPABILITIES = (
 Usage = pb.VolumeUsage
 
 
-class NodeServicer(pb_grpc.NodeServicer):
+class NodeServicer(RpcServicer, pb_grpc.NodeServicer):
     def __init__(
         self,
         service: NodeService,
@@ -30,6 +30,7 @@ class NodeServicer(pb_grpc.NodeServicer):
         room: Room | None = None,
     ) -> None:
         self.service = service
+        self.shared_lookups = service.system.mounts.shared_lookups
         # Only with --self-publish (no attach in this deployment): the node takes its own hold.
         self.self_publish = self_publish
         self.room = room  # reserved headroom, given back when a teardown finds the disk full

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -218,6 +219,10 @@ class Mounts(Protocol):
         """The topmost mount at exactly this path, if any."""
 
     def list(self) -> list[MountEntry]: ...
+
+    def shared_lookups(self) -> AbstractContextManager[None]:
+        """A scope (one RPC) in which this thread's lookups may share one read of the mount
+        table, dropped by every mount and unmount made through this layer."""
 
     def holders(self, target: str) -> tuple[Holder, ...]:
         """Processes using the filesystem mounted at target (cwd, root, open or mapped files),

@@ -24,13 +24,12 @@ from csi_hostpath.system.linux import (
     LinuxLoop,
     LinuxMounts,
     loop_ioctl,
-    mount_scope,
+    mountinfo,
     parse_mountinfo,
     read_mountinfo,
     topmost,
     unescape_mountinfo,
 )
-from csi_hostpath.system.linux import mounts as linux_mounts
 from csi_hostpath.system.linux import statmount as linux_statmount
 
 from .conftest import real_unavailable
@@ -192,8 +191,8 @@ def test_find_asks_the_kernel_for_one_mount(
     def no_mountinfo(*args: object) -> None:
         raise AssertionError("find read /proc/self/mountinfo")
 
-    monkeypatch.setattr(linux_mounts, "read_mountinfo_at", no_mountinfo)
-    monkeypatch.setattr(linux_mounts, "read_mountinfo", no_mountinfo)
+    monkeypatch.setattr(mountinfo, "read_mountinfo_at", no_mountinfo)
+    monkeypatch.setattr(mountinfo, "read_mountinfo", no_mountinfo)
     assert [mounts.find(point) for point in points] == [topmost(records, p) for p in points]
     assert mounts.find(str(work_dir)) is None
 
@@ -209,18 +208,18 @@ def test_without_statmount_an_rpc_reads_mountinfo_once(
 
     monkeypatch.setattr(linux_statmount, "find", unsupported)
     reads: list[int] = []
-    original = linux_mounts.read_mountinfo
+    original = mountinfo.read_mountinfo
 
-    def counted() -> list[linux_mounts.MountRecord]:
+    def counted() -> list[mountinfo.MountRecord]:
         reads.append(1)
         return original()
 
-    monkeypatch.setattr(linux_mounts, "read_mountinfo", counted)
+    monkeypatch.setattr(mountinfo, "read_mountinfo", counted)
     mounts = LinuxMounts()
     source, target, other = work_dir / "src", work_dir / "target", work_dir / "other"
     for directory in (source, target, other):
         directory.mkdir()
-    with mount_scope.shared_mountinfo():
+    with mounts.shared_lookups():
         assert mounts.find(str(target)) is None
         assert mounts.find(str(other)) is None
         assert len(reads) == 1

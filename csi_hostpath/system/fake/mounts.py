@@ -7,6 +7,7 @@ import errno
 import os
 import posixpath
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 
 from csi_hostpath.system.base import (
     CommandError,
@@ -158,6 +159,9 @@ class FakeMounts:
         with self._kernel.lock:
             mount = self._kernel.topmost(os.path.realpath(target))
             return None if mount is None else mount.entry
+
+    def shared_lookups(self) -> AbstractContextManager[None]:
+        return nullcontext()  # every fake lookup reads the fake's table: nothing to share
 
     def list(self) -> list[MountEntry]:
         with self._kernel.lock:

@@ -34,18 +34,17 @@ from csi_hostpath.system.linux.loop_ioctl import (
     encode_tag,
     loop_index,
 )
-from csi_hostpath.system.linux.mounts import (
+from csi_hostpath.system.linux.mountinfo import (
     MOUNTINFO,
-    LinuxMounts,
     MountRecord,
     escape_mountinfo,
-    mount_arguments,
     parse_mountinfo,
     read_mountinfo,
     read_mountinfo_at,
     topmost,
     unescape_mountinfo,
 )
+from csi_hostpath.system.linux.mounts import LinuxMounts, mount_arguments
 from csi_hostpath.system.linux.pool import FICLONE, LinuxPool
 from csi_hostpath.system.runner import missing_tools
 

@@ -17,7 +17,7 @@ from csi_hostpath.system.linux.loop_ioctl import (
     loop_index,
     read_sys,
 )
-from csi_hostpath.system.linux.mounts import read_mountinfo_at, topmost
+from csi_hostpath.system.linux.mountinfo import read_mountinfo_at, topmost
 from csi_hostpath.system.runner import run
 
 # --- ioctl numbers (linux/fs.h) ------------------------------------------------------------------

@@ -1,128 +1,26 @@
-"""Mounts on a real Linux kernel: mountinfo, and mount(2)/umount2(2) with mount(8) behind them."""
+"""Mounts on a real Linux kernel: mount(2)/umount2(2), with mount(8) behind them; lookups are
+mountinfo.py's."""
 
 from __future__ import annotations
 
 import ctypes
 import functools
 import os
-import re
 import stat
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from contextlib import AbstractContextManager
 
 from csi_hostpath.system.base import CommandError, Holder, MountEntry
 from csi_hostpath.system.errors import command_error, syscall_error
 from csi_hostpath.system.holders import holders_of_path
-from csi_hostpath.system.linux import mount_scope, statmount
+from csi_hostpath.system.linux import mountinfo
 from csi_hostpath.system.linux._log import log
+from csi_hostpath.system.linux.mountinfo import (
+    find_mount,
+    read_mountinfo,
+    unescape_mountinfo,
+)
 from csi_hostpath.system.runner import run
-
-# --- mountinfo -----------------------------------------------------------------------------------
-
-_OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
-MOUNTINFO = "/proc/self/mountinfo"
-# False once the kernel has said it has no statmount(2) or no unique mount IDs.
-_statmount_works = True
-# id, parent, major:minor, root, mount point, options, "-", type, source, super options
-_MOUNTINFO_MIN_FIELDS = 10
-
-
-def unescape_mountinfo(field: str) -> str:
-    """Undo the kernel's octal escapes (space, tab, newline, backslash) in a mountinfo field."""
-    return _OCTAL_ESCAPE.sub(lambda match: chr(int(match.group(1), 8)), field)
-
-
-@dataclass(frozen=True, slots=True)
-class MountRecord:
-    """A mountinfo line with the ids that say which mount sits on which."""
-
-    mount_id: int
-    parent_id: int
-    entry: MountEntry
-
-
-def parse_mountinfo(text: str) -> list[MountRecord]:
-    records: list[MountRecord] = []
-    for line in text.splitlines():
-        fields = line.split(" ")
-        if len(fields) < _MOUNTINFO_MIN_FIELDS:
-            continue
-        # Optional fields (shared:N, master:N, ...) run from field 7 up to a lone "-".
-        try:
-            separator = fields.index("-", 6)
-        except ValueError:
-            continue
-        if len(fields) < separator + 3:
-            continue
-        records.append(
-            MountRecord(
-                mount_id=int(fields[0]),
-                parent_id=int(fields[1]),
-                entry=MountEntry(
-                    mount_point=unescape_mountinfo(fields[4]),
-                    source=unescape_mountinfo(fields[separator + 2]),
-                    fs_type=unescape_mountinfo(fields[separator + 1]),
-                    device_number=fields[2],
-                    root=unescape_mountinfo(fields[3]),
-                    options=tuple(fields[5].split(",")),
-                ),
-            )
-        )
-    return records
-
-
-def read_mountinfo() -> list[MountRecord]:
-    with open(MOUNTINFO, "rb") as handle:
-        # surrogateescape, like os.fsdecode: paths compare equal to what os.path functions return.
-        return parse_mountinfo(handle.read().decode("utf-8", errors="surrogateescape"))
-
-
-def escape_mountinfo(path: str) -> str:
-    """The kernel's escape of a path in mountinfo (seq_path with " \\t\\n\\\\"): the inverse of
-    unescape_mountinfo for every path the kernel prints."""
-    return "".join(f"\\{ord(c):03o}" if c in " \t\n\\" else c for c in path)
-
-
-def read_mountinfo_at(mount_point: str) -> list[MountRecord]:
-    """The records of read_mountinfo() whose mount point is mount_point. Only those lines are
-    parsed, but the kernel still prints, and this still reads and splits, a line for every mount
-    in the namespace: the cost grows with the number of mounts on the node. find_mount() asks
-    the kernel for the one mount instead, and comes here only when it can't."""
-    wanted = os.fsencode(escape_mountinfo(mount_point))
-    with open(MOUNTINFO, "rb") as handle:
-        text = handle.read()
-    lines = [line for line in text.split(b"\n") if line.split(b" ", 5)[4:5] == [wanted]]
-    return parse_mountinfo(b"\n".join(lines).decode("utf-8", errors="surrogateescape"))
-
-
-def find_mount(path: str) -> MountEntry | None:
-    """The topmost mount at path (resolved), or None: statx(2) + statmount(2), two syscalls
-    whatever the number of mounts; read_mountinfo_at() where the kernel can't answer so."""
-    global _statmount_works  # noqa: PLW0603 - learnt once per process
-    if _statmount_works:
-        try:
-            return statmount.find(path)
-        except statmount.Unsupported as exc:
-            if exc.kernel_wide:
-                _statmount_works = False
-            log.debug("%s; reading mountinfo", exc)
-    parsed = mount_scope.current()
-    if parsed is None:
-        return topmost(read_mountinfo_at(path), path)
-    if parsed.records is None:  # the RPC's one parse, shared by its later lookups
-        parsed.records = read_mountinfo()
-    return topmost(parsed.records, path)
-
-
-def topmost(records: Sequence[MountRecord], mount_point: str) -> MountEntry | None:
-    """The entry at mount_point that nothing else is mounted on."""
-    matches = [record for record in records if record.entry.mount_point == mount_point]
-    if not matches:
-        return None
-    covered = {record.parent_id for record in matches}
-    uncovered = [record for record in matches if record.mount_id not in covered]
-    return (uncovered or matches)[-1].entry
-
 
 # --- mount(2) and umount2(2) without spawning mount(8) -------------------------------------------
 #
@@ -330,14 +228,14 @@ def _fast_or_tool(fast: Callable[[], bool], argv: list[str]) -> None:
             refused = exc.errno
         run(argv, errno=refused)
     finally:
-        mount_scope.changed()  # every caller changes the mount table (or tried to)
+        mountinfo.changed()  # every caller changes the mount table (or tried to)
 
 
 def _unmount(path: str, lazy: bool) -> None:
     try:
         _unmount_now(path, lazy)
     finally:
-        mount_scope.changed()
+        mountinfo.changed()
 
 
 def _unmount_now(path: str, lazy: bool) -> None:
@@ -388,7 +286,7 @@ class LinuxMounts:
             try:
                 run(["umount", target])
             finally:
-                mount_scope.changed()
+                mountinfo.changed()
             raise
 
     def unmount(self, target: str, *, lazy: bool = False) -> None:
@@ -404,6 +302,9 @@ class LinuxMounts:
 
     def find(self, target: str) -> MountEntry | None:
         return find_mount(os.path.realpath(target))
+
+    def shared_lookups(self) -> AbstractContextManager[None]:
+        return mountinfo.shared_mountinfo()
 
     def list(self) -> list[MountEntry]:
         return [record.entry for record in read_mountinfo()]
