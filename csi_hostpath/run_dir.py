@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import errno
 import fcntl
-import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +18,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from csi_hostpath.store.backing.identity import read_identity
+from csi_hostpath.system import runner
+from csi_hostpath.system.errors import CommandError
 from csi_hostpath.volume_cli.kernel import loops_backed_below, mount_source, mounts_below
 from csi_hostpath.volume_cli.quantity import format_bytes
 from csi_hostpath.volume_cli.records import Records, RecordsError, RecordsFile
@@ -166,11 +167,10 @@ def remove(
             out.write(f"nothing removed; {run_dir} is as it was\n")
             return 1
     # Checked above, and still: rm never crosses into a filesystem mounted since.
-    done = subprocess.run(
-        ["rm", "-r", "--one-file-system", "--", str(run_dir)], check=False, stderr=subprocess.PIPE
-    )
-    if done.returncode != 0:
-        err.write(done.stderr.decode(errors="replace"))
+    try:
+        runner.run(["rm", "-r", "--one-file-system", "--", str(run_dir)], timeout=3600)
+    except CommandError as e:
+        err.write(e.stderr)
         err.write(f"csi-hostpath: {run_dir} was not removed completely (see above)\n")
         return 1
     out.write(f"removed {run_dir}\n")

@@ -22,6 +22,7 @@ from csi_hostpath.store.backing.owner import read_owner, rebuild_command
 from csi_hostpath.store.connection import peek_database_id
 from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.linux import FICLONE
+from csi_hostpath.system.linux.fs import statvfs_stats
 
 LOW_SPACE_BYTES = 1 << 30
 # FICLONE's answers when the filesystem (or the pair of files) cannot share extents.
@@ -33,8 +34,8 @@ def check_pool(pool_dir: Path) -> list[Finding]:
     probe = nearest_existing(pool_dir)
     fs = describe_fs(probe)
     findings = [_check_pool_dir(pool_dir, probe, fs)]
-    st = os.statvfs(probe)
-    free, total = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+    room = statvfs_stats(str(probe))
+    free, total = room.available_bytes, room.total_bytes
     where = "" if probe == pool_dir.absolute() else f" (measured at {probe})"
     space = f"{human_size(free)} free of {human_size(total)}{where}"
     if free < LOW_SPACE_BYTES:

@@ -56,32 +56,20 @@ def run(
         raise ValueError("run() needs a command")
     log.debug("run: %s", args)
     try:
-        if input is None:
-            # stdin from /dev/null: a tool that decides to ask a question fails instead of
-            # waiting for an answer until the timeout.
-            proc = subprocess.run(
-                args,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                encoding="utf-8",
-                errors="replace",
-                timeout=timeout,
-                check=False,
-                env=_env(),
-            )
-        else:
-            proc = subprocess.run(
-                args,
-                input=input,
-                capture_output=True,
-                text=True,
-                encoding="utf-8",
-                errors="replace",
-                timeout=timeout,
-                check=False,
-                env=_env(),
-            )
+        # stdin from /dev/null unless there is input: a tool that decides to ask a question
+        # fails instead of waiting for an answer until the timeout.
+        proc = subprocess.run(
+            args,
+            stdin=subprocess.DEVNULL if input is None else None,
+            input=input,
+            capture_output=True,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            timeout=timeout,
+            check=False,
+            env=_env(),
+        )
     except subprocess.TimeoutExpired as exc:
         raise TimedOut(args, None, _text(exc.stdout), _text(exc.stderr)) from exc
     except OSError as exc:

@@ -47,6 +47,7 @@ from csi_hostpath.system.fake.kernel import (
 )
 from csi_hostpath.system.fake.mounts import FakeMounts
 from csi_hostpath.system.iolimits import FakeIoTuner
+from csi_hostpath.system.linux.fs import statvfs_stats
 from csi_hostpath.system.linux.loop_ioctl import encode_tag
 from csi_hostpath.system.linux.pool import LinuxPool
 
@@ -304,15 +305,7 @@ class FakeFs:
         if header is None:
             # Not on a fake filesystem (a host directory, a block volume's device node): the host
             # answers, as statvfs would.
-            st = os.statvfs(path)
-            return FsStats(
-                total_bytes=st.f_blocks * st.f_frsize,
-                available_bytes=st.f_bavail * st.f_frsize,
-                used_bytes=(st.f_blocks - st.f_bfree) * st.f_frsize,
-                total_inodes=st.f_files,
-                free_inodes=st.f_ffree,
-                used_inodes=st.f_files - st.f_ffree,
-            )
+            return statvfs_stats(path)
         inodes = header.size_bytes // _BYTES_PER_INODE
         return FsStats(
             total_bytes=header.size_bytes,

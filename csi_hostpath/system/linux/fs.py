@@ -16,6 +16,7 @@ from csi_hostpath.system.linux.loop_ioctl import (
     SYS_BLOCK,
     loop_index,
     read_sys,
+    user_dev,
 )
 from csi_hostpath.system.linux.mountinfo import read_mountinfo_at, topmost
 from csi_hostpath.system.runner import run
@@ -66,9 +67,17 @@ def _open_loop_mount(mount_point: str) -> int:
     return fd
 
 
-def _decode_dev(encoded: int) -> tuple[int, int]:
-    """(major, minor) of a dev_t in the kernel's new_encode_dev form (loop_info64.lo_device)."""
-    return (encoded & 0xFFF00) >> 8, (encoded & 0xFF) | ((encoded >> 12) & 0xFFF00)
+def statvfs_stats(path: str) -> FsStats:
+    """What statvfs(2) says of the filesystem holding path, in bytes and inodes."""
+    st = os.statvfs(path)
+    return FsStats(
+        total_bytes=st.f_blocks * st.f_frsize,
+        available_bytes=st.f_bavail * st.f_frsize,
+        used_bytes=(st.f_blocks - st.f_bfree) * st.f_frsize,
+        total_inodes=st.f_files,
+        free_inodes=st.f_ffree,
+        used_inodes=st.f_files - st.f_ffree,
+    )
 
 
 def _reads_as_zeros(device: str) -> bool:
@@ -101,10 +110,7 @@ def _reads_as_zeros(device: str) -> bool:
         try:
             st = os.fstat(backing_fd)
             # The path in sysfs could name another file by now (renamed, or " (deleted)").
-            if (st.st_ino, (os.major(st.st_dev), os.minor(st.st_dev))) != (
-                lo_inode,
-                _decode_dev(lo_device),
-            ):
+            if (st.st_ino, st.st_dev) != (lo_inode, user_dev(lo_device)):
                 return False
             try:
                 os.lseek(backing_fd, 0, os.SEEK_DATA)
@@ -246,15 +252,7 @@ class LinuxFs:
         return total
 
     def stats(self, path: str) -> FsStats:
-        st = os.statvfs(path)
-        return FsStats(
-            total_bytes=st.f_blocks * st.f_frsize,
-            available_bytes=st.f_bavail * st.f_frsize,
-            used_bytes=(st.f_blocks - st.f_bfree) * st.f_frsize,
-            total_inodes=st.f_files,
-            free_inodes=st.f_ffree,
-            used_inodes=st.f_files - st.f_ffree,
-        )
+        return statvfs_stats(path)
 
     def shutdown(self, mount_point: str) -> None:
         try:

@@ -118,7 +118,7 @@ class Status(NamedTuple):
     backing_inode: int  # lo_inode
 
 
-def _user_dev(kernel_dev: int) -> int:
+def user_dev(kernel_dev: int) -> int:
     """lo_device is huge_encode_dev(): minor's low byte, major, then minor's high bits."""
     major = (kernel_dev >> 8) & 0xFFF
     minor = (kernel_dev & 0xFF) | ((kernel_dev >> 12) & 0xFFF00)
@@ -153,7 +153,7 @@ def status_of(fd: int) -> Status | None:
     tag, flags = _tag_and_flags(fields)
     dev, inode = fields[0], fields[1]
     assert isinstance(dev, int) and isinstance(inode, int)
-    return Status(tag, flags, _user_dev(dev), inode)
+    return Status(tag, flags, user_dev(dev), inode)
 
 
 def read_status(device: str) -> Status | None:

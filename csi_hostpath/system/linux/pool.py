@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from csi_hostpath.system.base import NoSpace
+from csi_hostpath.system.linux.fs import statvfs_stats
 
 FICLONE = 0x40049409
 
@@ -137,8 +138,7 @@ class LinuxPool:
         self._sync_dir(dest.parent)
 
     def free_bytes(self) -> int:
-        st = os.statvfs(self._root)
-        return st.f_bavail * st.f_frsize
+        return statvfs_stats(str(self._root)).available_bytes
 
 
 def _copy_fd_sparse(src: int, dst: int) -> None:
