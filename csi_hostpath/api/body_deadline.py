@@ -10,7 +10,6 @@ message is late, and the worker goes back to its pool.
 from __future__ import annotations
 
 import itertools
-import logging
 import threading
 import time
 from collections import OrderedDict
@@ -19,10 +18,9 @@ from typing import Any
 
 import grpc
 
+from csi_hostpath.api._log import log
 from csi_hostpath.api.status import status_of
 from csi_hostpath.core import errors
-
-log = logging.getLogger(__name__)
 
 # A client writes a unary call's body with its headers; seconds later it never comes.
 BODY_SECONDS = 5.0

@@ -20,7 +20,6 @@ records (the same snapshot or volume by name), so a result is never served from 
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 from concurrent import futures
@@ -29,7 +28,6 @@ from typing import Any, TypeVar
 
 from csi_hostpath.core.errors import Busy
 
-log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MAX_WAIT_SECONDS = 30.0

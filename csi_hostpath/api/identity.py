@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import logging
 import threading
 
 import grpc
@@ -9,13 +8,13 @@ from google.protobuf import wrappers_pb2
 from csi_hostpath import __version__
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
+from csi_hostpath.api._log import log
 from csi_hostpath.api.status import RpcServicer, rpc
 from csi_hostpath.config import Config, PoolScope
 from csi_hostpath.service import readiness
 from csi_hostpath.store.db import Store
 from csi_hostpath.system.base import System
 
-log = logging.getLogger(__name__)
 Cap = pb.PluginCapability
 
 

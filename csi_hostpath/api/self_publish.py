@@ -9,14 +9,12 @@ docs/design.md, "The local shape"."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 
+from csi_hostpath.api._log import log
 from csi_hostpath.core.context_keys import GENERATION_KEY
 from csi_hostpath.core.model import Capability
 from csi_hostpath.service.controller import ControllerService
-
-log = logging.getLogger(__name__)
 
 
 class SelfPublish:

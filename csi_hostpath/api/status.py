@@ -4,7 +4,6 @@ checking the request's REQUIRED fields, api/required.py)."""
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, NoReturn, TypeVar
@@ -12,11 +11,10 @@ from typing import Any, NoReturn, TypeVar
 import grpc
 
 from csi_hostpath.api import required
+from csi_hostpath.api._log import log
 from csi_hostpath.core import errors
 from csi_hostpath.core.fullness import is_disk_full
 from csi_hostpath.system.base import CommandError, NoSpace, ResourceBusy, TimedOut
-
-log = logging.getLogger(__name__)
 
 STATUS_OF: dict[type[Exception], grpc.StatusCode] = {
     errors.InvalidRequest: grpc.StatusCode.INVALID_ARGUMENT,

@@ -7,7 +7,6 @@ ten seconds while it keeps everyone waiting.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
@@ -16,14 +15,14 @@ import grpc
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
-
-log = logging.getLogger("csi_hostpath.sidecars")
+from csi_hostpath.sidecars._log import log
 
 # grpc's own reconnect backoff grows to two minutes; a driver that comes up must be seen at once.
 CHANNEL_OPTIONS = (
     ("grpc.initial_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 1000),
 )
+
 STILL_WAITING_EVERY = 10.0
 # A driver still starting, or not listening yet: try again. Anything else is an answer.
 _TRANSIENT = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})

@@ -7,14 +7,13 @@ net.Listen does), else on every IPv4 address.
 
 from __future__ import annotations
 
-import logging
 import socket
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-log = logging.getLogger("csi_hostpath.sidecars")
+from csi_hostpath.sidecars._log import log
 
 # (HTTP status, body): 200 and "ok" when healthy, otherwise the reason a person can act on.
 Check = Callable[[], tuple[int, str]]

@@ -17,16 +17,14 @@ before then is refused; here /healthz answers from the start, with the reason.
 from __future__ import annotations
 
 import argparse
-import logging
 import signal
 import threading
 from types import FrameType
 
 from csi_hostpath.sidecars import csi_conn
+from csi_hostpath.sidecars._log import log
 from csi_hostpath.sidecars.flags import DEFAULT_LIVENESS_PORT, http_endpoint
 from csi_hostpath.sidecars.healthz import HealthServer
-
-log = logging.getLogger("csi_hostpath.sidecars.livenessprobe")
 
 
 def check(address: str, timeout: float) -> tuple[int, str]:

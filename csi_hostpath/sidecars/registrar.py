@@ -25,7 +25,6 @@ this driver on this node) instead of being removed; only a stale one is (csi_hos
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import signal
 import threading
@@ -40,10 +39,9 @@ from csi_hostpath._pb import pluginregistration_pb2 as reg_pb
 from csi_hostpath._pb import pluginregistration_pb2_grpc as reg_grpc
 from csi_hostpath.endpoint import EndpointRefused, claim_endpoint
 from csi_hostpath.sidecars import csi_conn
+from csi_hostpath.sidecars._log import log
 from csi_hostpath.sidecars.flags import http_endpoint
 from csi_hostpath.sidecars.healthz import HealthServer
-
-log = logging.getLogger("csi_hostpath.sidecars.registrar")
 
 CSI_PLUGIN = "CSIPlugin"  # k8s.io/kubelet pluginregistration/v1 constants.go
 SUPPORTED_VERSIONS = ("1.0.0",)

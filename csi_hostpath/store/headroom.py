@@ -8,11 +8,10 @@ lease files that teardown writes; it is taken back once the filesystem has room 
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 
-log = logging.getLogger(__name__)
+from csi_hostpath.store._log import log
 
 HEADROOM_BYTES = 4 << 20
 NAME = ".headroom"

@@ -7,14 +7,11 @@ cgroup v1 (blkio.throttle.*_device, one "MAJ:MIN VALUE" rule per file, 0 removes
 from __future__ import annotations
 
 import fcntl
-import logging
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
-
-log = logging.getLogger(__name__)
 
 LOOP_SET_DIRECT_IO = 0x4C08
 V1_FILES = {

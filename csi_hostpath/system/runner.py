@@ -8,15 +8,13 @@ errno), or from the kernel's errno a caller passes in, never from the tool's wor
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
 
+from csi_hostpath.system._log import log
 from csi_hostpath.system.errors import TimedOut, command_error
-
-log = logging.getLogger(__name__)
 
 # The return code a shell reports for a command it cannot find; reused so callers see one kind of
 # failure whether the tool is missing or fails.

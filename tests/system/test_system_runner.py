@@ -59,7 +59,7 @@ def test_messages_are_in_the_c_locale() -> None:
 
 
 def test_logs_argv_at_debug(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.DEBUG, logger="csi_hostpath.system.runner"):
+    with caplog.at_level(logging.DEBUG, logger="csi_hostpath.system"):
         run(["true"])
     assert "['true']" in caplog.text
 

@@ -17,7 +17,6 @@ holders a newer lease lists are restored, so no node is fenced and no token is i
 from __future__ import annotations
 
 import json
-import logging
 import os
 import time
 from collections.abc import Callable
@@ -27,12 +26,11 @@ from pathlib import Path
 from csi_hostpath.core.access import effective_readonly
 from csi_hostpath.core.model import AccessType, Publication, Volume
 from csi_hostpath.core.naming import is_snapshot_id, is_volume_id
+from csi_hostpath.store._log import log
 from csi_hostpath.store.backing import identity
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.ledger import TokenFloor
 from csi_hostpath.store.pool import PoolLayout, write_atomically
-
-log = logging.getLogger(__name__)
 
 QUARANTINE = "quarantine"
 # An intent's time and its file's mtime come from the same clock, but a filesystem may round.
