@@ -4,13 +4,18 @@ directory is unmounted and every loop device backed by a file below it is detach
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import glob
 import os
 import struct
 import subprocess
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+
+_LOOP_CLR_FD, _LOOP_GET_STATUS64, _BLKROSET = 0x4C01, 0x4C05, 0x125D
 
 
 def _unescape(field: str) -> str:
@@ -28,6 +33,16 @@ def mounts_under(root: Path) -> list[str]:
     return found
 
 
+def _status_of(fd: int) -> bytearray | None:
+    """The struct loop_info64 of the open loop device fd; None when it is not configured."""
+    try:
+        buf = bytearray(232)  # sizeof(struct loop_info64)
+        fcntl.ioctl(fd, _LOOP_GET_STATUS64, buf, True)
+    except OSError:
+        return None
+    return buf
+
+
 def _loop_status(device: str) -> bytearray | None:
     """The struct loop_info64 of a configured loop device; None when it is not (or going)."""
     try:
@@ -35,23 +50,99 @@ def _loop_status(device: str) -> bytearray | None:
     except OSError:
         return None
     try:
-        buf = bytearray(232)  # sizeof(struct loop_info64)
-        fcntl.ioctl(fd, 0x4C05, buf, True)  # LOOP_GET_STATUS64
-    except OSError:
-        return None
+        return _status_of(fd)
     finally:
         os.close(fd)
-    return buf
+
+
+def _identity(buf: bytearray) -> tuple[int, int]:
+    """(lo_device, lo_inode) of a struct loop_info64, lo_device as userspace encodes a dev_t."""
+    kernel_dev, inode = struct.unpack_from("=2Q", buf)
+    major, minor = (kernel_dev >> 8) & 0xFFF, (kernel_dev & 0xFF) | ((kernel_dev >> 12) & 0xFFF00)
+    return os.makedev(major, minor), inode
 
 
 def _backing_identity(device: str) -> tuple[int, int] | None:
     """(lo_device, lo_inode) of a configured loop device, as LOOP_GET_STATUS64 reports them."""
     buf = _loop_status(device)
+    return None if buf is None else _identity(buf)
+
+
+@dataclass(frozen=True)
+class HeldLoop:
+    """What a loop device is while an fd of it is open: it can't be released (the kernel does
+    that at the last close) and so can't pass to another process's attach meanwhile."""
+
+    backing: str  # /sys/block/loopN/loop/backing_file: the attaching process's view
+    identity: tuple[int, int]  # the backing file's (st_dev, st_ino)
+    tag: str  # lo_file_name (losetup puts the backing file's path there)
+
+
+def _held(fd: int, device: str) -> HeldLoop | None:
+    buf = _status_of(fd)
     if buf is None:
         return None
-    kernel_dev, inode = struct.unpack_from("=2Q", buf)
-    major, minor = (kernel_dev >> 8) & 0xFFF, (kernel_dev & 0xFF) | ((kernel_dev >> 12) & 0xFFF00)
-    return os.makedev(major, minor), inode
+    try:
+        backing = Path(f"/sys/block/{os.path.basename(device)}/loop/backing_file").read_text()
+    except OSError:
+        return None
+    tag = bytes(buf[56:120]).split(b"\0", 1)[0].decode(errors="replace")  # lo_file_name
+    return HeldLoop(backing.rstrip("\n"), _identity(buf), tag)
+
+
+def held_loop(device: str) -> HeldLoop | None:
+    """What device is now; None when it is not configured."""
+    try:
+        fd = os.open(device, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return _held(fd, device)
+    finally:
+        os.close(fd)
+
+
+def release_loop(device: str, ours: Callable[[HeldLoop], bool]) -> bool:
+    """Detach device if ours() says so of what it is, asked and cleared through one open fd. A
+    check by path followed by `losetup -d` by number cleared whatever took the number between
+    the two (a device released by its last holder meanwhile, and attached anew by another
+    test run or node plugin). Clears a read-only flag first, which would outlive the device.
+    True when it was ours."""
+    try:
+        fd = os.open(device, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        held = _held(fd, device)
+        if held is None or not ours(held):
+            return False
+        with contextlib.suppress(OSError):
+            fcntl.ioctl(fd, _BLKROSET, struct.pack("i", 0))
+        try:
+            fcntl.ioctl(fd, _LOOP_CLR_FD, 0)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise
+        return True
+    finally:
+        os.close(fd)
+
+
+def backed_under(root: Path) -> Callable[[HeldLoop], bool]:
+    """The test for release_loop: the backing file is below root, by the path the kernel
+    reports or by its identity (the path is the attaching process's view)."""
+    prefix = str(root).rstrip("/") + "/"
+    files: set[tuple[int, int]] | None = None
+
+    def ours(held: HeldLoop) -> bool:
+        nonlocal files
+        if held.backing.startswith(prefix):
+            return True
+        if files is None:
+            files = _files_under(root)
+        return held.identity in files
+
+    return ours
 
 
 def _files_under(root: Path) -> set[tuple[int, int]]:
@@ -151,7 +242,7 @@ def sweep_deferred() -> None:
             continue
         if path.startswith(prefixes):
             device = "/dev/" + backing.split("/")[3]
-            subprocess.run(["losetup", "-d", device], capture_output=True, check=False)
+            release_loop(device, lambda held: held.backing.startswith(prefixes))
 
 
 def cleanup_kernel(root: Path, *, thorough: bool = True) -> None:
@@ -166,8 +257,14 @@ def cleanup_kernel(root: Path, *, thorough: bool = True) -> None:
         _deferred.append(root)
         return
     # Found before anything is unmounted: a backing file on a filesystem mounted below root
-    # (a test's small tmpfs pool) no longer shows under root once that mount is detached.
-    before = loops_backed_under(root)
+    # (a test's small tmpfs pool) no longer shows under root once that mount is detached. What
+    # each one is, is kept: after the unmounts its number may serve another process's attach.
+    under = backed_under(root)
+    before = {}
+    for dev in loops_backed_under(root):
+        held = held_loop(dev)
+        if held is not None and under(held):
+            before[dev] = held
     for _ in range(3):
         points = sorted(mounts_under(root), key=len, reverse=True)
         for point in points:
@@ -177,8 +274,8 @@ def cleanup_kernel(root: Path, *, thorough: bool = True) -> None:
             subprocess.run(["umount", "-l", point], capture_output=True, check=False)
         if not mounts_under(root):
             break
-    for dev in before:
-        subprocess.run(["losetup", "-d", dev], capture_output=True, check=False)
+    for dev, was in before.items():
+        release_loop(dev, lambda now, was=was: (now.identity, now.tag) == (was.identity, was.tag))
     for attempt in range(50):
         devices = loops_backed_under(root)
         if not devices:
@@ -186,7 +283,7 @@ def cleanup_kernel(root: Path, *, thorough: bool = True) -> None:
         for dev in devices:
             if attempt == 10:
                 thaw_orphaned(dev)
-            subprocess.run(["losetup", "-d", dev], capture_output=True, check=False)
+            release_loop(dev, backed_under(root))
         time.sleep(0.1)
 
 

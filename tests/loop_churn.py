@@ -24,6 +24,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.kernel import release_loop
+
 BACKING_SIZE = 1 << 20
 
 
@@ -37,7 +39,9 @@ def _detach_backed_under(root: str) -> int:
             continue
         if path.startswith(root + "/"):
             device = f"/dev/{backing.parent.parent.name}"
-            subprocess.run(["losetup", "-d", device], capture_output=True, check=False)
+            # Checked again through the fd the detach goes through: the number may serve
+            # another process's attach since the read above.
+            release_loop(device, lambda held: held.backing.startswith(root + "/"))
             found += 1
     return found
 
@@ -56,8 +60,9 @@ def _stop_group(child: subprocess.Popen[bytes]) -> None:
         time.sleep(0.05)
 
 
-def churn(root: str) -> None:
-    """Attach and detach, one device at a time, each of two backing files in turn."""
+def churn(root: str, parent: int) -> None:
+    """Attach and detach, one device at a time, each of two backing files in turn, for as long
+    as parent (the process that started it) lives."""
     files = []
     for name in ("a", "b"):
         path = os.path.join(root, name)
@@ -67,6 +72,8 @@ def churn(root: str) -> None:
     try:
         while True:
             for path in files:
+                if os.getppid() != parent:  # the test was killed without its cleanup
+                    return  # and sweeps
                 done = subprocess.run(
                     ["losetup", "--find", "--show", path],
                     capture_output=True,
@@ -80,8 +87,9 @@ def churn(root: str) -> None:
         _detach_backed_under(root)
 
 
-def late_detach_churn(root: str) -> None:
-    """The driver's attach and detach, each detach made again a moment later."""
+def late_detach_churn(root: str, parent: int) -> None:
+    """The driver's attach and detach, each detach made again a moment later, for as long as
+    parent lives."""
     from csi_hostpath.system.linux import LinuxLoop
 
     loop = LinuxLoop()
@@ -89,7 +97,7 @@ def late_detach_churn(root: str) -> None:
     with open(backing, "wb") as f:
         f.truncate(BACKING_SIZE)
     rounds = 0
-    while True:
+    while os.getppid() == parent:
         rounds += 1
         try:
             device = loop.attach(backing, f"csihp-churn-late:{os.getpid()}:{rounds}")
@@ -111,10 +119,12 @@ def _spawn(call: str) -> subprocess.Popen[bytes]:
 @contextlib.contextmanager
 def loop_churn(*, late_detaches: bool = False) -> Iterator[subprocess.Popen[bytes]]:
     root = os.path.realpath(tempfile.mkdtemp(prefix="csihp-churn-"))
-    children = [_spawn(f"churn({root!r})")]
+    # The children run in sessions of their own and so outlive a test killed without its
+    # cleanup; they watch for that and stop (the churn then sweeps).
+    children = [_spawn(f"churn({root!r}, {os.getpid()})")]
     try:
         if late_detaches:
-            children.append(_spawn(f"late_detach_churn({root!r})"))
+            children.append(_spawn(f"late_detach_churn({root!r}, {os.getpid()})"))
         yield children[0]
     finally:
         for child in children:

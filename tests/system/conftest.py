@@ -24,6 +24,7 @@ import pytest
 from csi_hostpath.system.base import LoopDevice, System
 from csi_hostpath.system.fake import FakeKernel, fake_system
 from csi_hostpath.system.linux import LinuxLoop, linux_system
+from tests.kernel import release_loop
 from tests.needs import missing_reason
 
 TEMP_PREFIX = "csihp-test-"
@@ -153,9 +154,13 @@ def _detach_all(root: str, tag_prefix: str) -> set[str]:
         if not left or time.monotonic() > deadline:
             return left
         for device in left:
-            # Clear a read-only flag first: it would outlive the device and break the next user.
-            _quiet(["blockdev", "--setrw", device])
-            _quiet(["losetup", "-d", device])
+            # Checked again through the fd the detach goes through: the number may serve
+            # another process's attach since the scan.
+            release_loop(
+                device,
+                lambda held: _under(held.backing.removesuffix(" (deleted)"), root)
+                or held.tag.startswith(tag_prefix),
+            )
         time.sleep(0.05)
 
 
