@@ -220,3 +220,12 @@ def test_the_e2e_dockerfiles_are_hadolint_clean(dockerfile: Path) -> None:
     assert result.returncode == 0 and not result.stdout.strip(), result.stdout + result.stderr
     assert dockerfile.read_text().startswith("# "), "say what the image is for"
     assert "ARG BASE_IMAGE=" in dockerfile.read_text()
+
+
+@pytest.mark.parametrize("name", names())
+def test_every_image_has_a_check_that_ends_by_itself(name: str) -> None:
+    """An image run with no arguments may start a shell that waits on its input forever (Debian's
+    base runs bash): each image's check names the command it runs."""
+    result = images_sh("check-args", name)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split(), f"{name}: no check command"

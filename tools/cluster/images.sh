@@ -19,6 +19,8 @@
 #                                                    with ARGs as a pod's args (after the
 #                                                    entrypoint); --command ARG... replaces the
 #                                                    entrypoint too, as a pod's command does
+#   tools/cluster/images.sh check-args NAME:TAG      print the arguments of its own check, one a
+#                                                    line (no root needed)
 #
 # Needs root for build and check (buildah, containerd); the Debian packages they need are
 # installed with apt-get when missing. The archives live in ${CSI_HOSTPATH_CACHE:-~/.cache/csi-hostpath}/images.
@@ -139,7 +141,7 @@ run_image() {
   local archive=$1 name=$2 id=$3 process=()
   shift 3
   mapfile -t process < <(process_of "$archive" "$@")
-  c run --rm --runc-root "$ctr_dir/runc" --cgroup "/$id" "$name" "$id" "${process[@]}"
+  c run --rm --runc-root "$ctr_dir/runc" --cgroup "/$id" "$name" "$id" "${process[@]}" </dev/null
 }
 
 # check_driver ARCHIVE NAME: the image's own command (--help) prints the usage, and `serve` (the
@@ -161,7 +163,7 @@ check_driver() {
 }
 
 cmd_check() {
-  local ref=$1 name recipe source key archive out
+  local ref=$1 name recipe source key archive out args=()
   shift
   [ "$(id -u)" -eq 0 ] || die "check needs root (containerd)"
   read -r name recipe source < <(row "$ref")
@@ -184,26 +186,33 @@ cmd_check() {
     run_image "$archive" "$name" "csi-hostpath-check-$$" "$@"
     return
   fi
-  case "$recipe" in
-    driver) check_driver "$archive" "$name" ;;
-    go)
-      out=$(run_image "$archive" "$name" "csi-hostpath-check-$$" --version 2>&1) ||
-        die "check: $name --version failed: $out"
-      say "check: $name --version: $out" ;;
-    busybox)
+  [ "$recipe" = driver ] && { check_driver "$archive" "$name"; return; }
+  out=$(check_args "$ref") || exit 1
+  mapfile -t args <<<"$out"
+  out=$(run_image "$archive" "$name" "csi-hostpath-check-$$" "${args[@]}" 2>&1) ||
+    die "check: $name ${args[*]} failed: $out"
+  case "$source" in
+    agnhost.*) [ "$out" = "app version ${name##*:}" ] || die "check: $name --version printed: $out" ;;
+  esac
+  say "check: $name ${args[*]}: $out"
+}
+
+# check_args NAME:TAG: one line per argument of the command that checks the image, given after
+# its entrypoint. Each ends by itself: an image run with no arguments may start a shell that
+# waits for input, so an image without a check of its own is an error, not a bare run.
+check_args() {
+  local name recipe source
+  read -r name recipe source < <(row "$1")
+  case "$recipe:$source" in
+    driver:*) printf '%s\n' --help ;;
+    go:*) printf '%s\n' --version ;;
+    busybox:*)
       # shellcheck disable=SC2016 # expanded by the image's sh, not here
-      out=$(run_image "$archive" "$name" "csi-hostpath-check-$$" sh -c \
-        'echo "$(busybox | head -n 1) as $(id -un), $(ls /bin | wc -l) links in /bin"')
-      say "check: $name sh: $out" ;;
-    debian)
-      case "$source" in
-        agnhost.*)
-          out=$(run_image "$archive" "$name" "csi-hostpath-check-$$" --version)
-          [ "$out" = "app version ${name##*:}" ] || die "check: $name --version printed: $out" ;;
-        nginx.*) out=$(run_image "$archive" "$name" "csi-hostpath-check-$$" nginx -t 2>&1) ;;
-        *) out=$(run_image "$archive" "$name" "csi-hostpath-check-$$" 2>&1) ;;
-      esac || die "check: $name failed: $out"
-      say "check: $name: $out" ;;
+      printf '%s\n' sh -c 'echo "$(busybox | head -n 1) as $(id -un), $(ls /bin | wc -l) links in /bin"' ;;
+    debian:agnhost.*) printf '%s\n' --version ;;
+    debian:nginx.*) printf '%s\n' nginx -t ;;
+    debian:jessie-dnsutils.*) printf '%s\n' dig -v ;;
+    *) die "check: $name has no check of its own: add one to check_args in $0" ;;
   esac
 }
 
@@ -213,5 +222,6 @@ case "${1:-}" in
   names) [ $# -eq 1 ] || usage; table_rows | cut -d' ' -f1 ;;
   path) [ $# -eq 2 ] || usage; cmd_path "$2" ;;
   check) [ $# -ge 2 ] || usage; shift; cmd_check "$@" ;;
+  check-args) [ $# -eq 2 ] || usage; check_args "$2" ;;
   *) usage ;;
 esac
