@@ -24,7 +24,7 @@ from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout
 from tests import helpers as h
 from tests.conftest import Client, in_process
-from tests.test_operator_truth import free_port, metric
+from tests.processes import free_port, metric
 
 C = grpc.StatusCode
 MiB = 1 << 20

@@ -36,7 +36,7 @@ def test_probe_is_ready_false_until_the_driver_has_started(
     rendered: Rendered, tmp_path: Path
 ) -> None:
     """csi-lib-utils' ProbeForever (connection/connection.go), run by every sidecar at start, waits
-    on ready=false and exits on an error; tests/test_liveness.py checks it on a live server."""
+    on ready=false and exits on an error; tests/real/test_liveness.py checks it on a live server."""
     config = driver_config(controller_pod(rendered))
     store = Store(tmp_path / "state.db")
     started = threading.Event()
@@ -50,7 +50,7 @@ def test_probe_is_ready_false_until_the_driver_has_started(
 def test_copies_never_take_every_rpc_worker_under_the_charts_flags(rendered: Rendered) -> None:
     """api/copy_pool.py: copies run on their own pool, and the RPC workers that wait for them are
     bounded, so ControllerPublish and the other calls always find a worker
-    (tests/test_copy_pool.py: six held copies on a 4-worker server)."""
+    (tests/real/test_copy_pool.py: six held copies on a 4-worker server)."""
     for spec in (controller_pod(rendered), node_pod(rendered)):
         workers = driver_config(spec).workers
         copies = CopyPool(workers)
@@ -74,7 +74,7 @@ def test_controller_and_nodes_share_the_pool_freeze_requests_travel_through(
 ) -> None:
     """The controller runs apart from the nodes (--mode controller), so it asks a node to freeze
     a volume through POOL/freeze-requests/ (service/controller/freeze_remote.py); that works
-    only if both see one pool (tests/test_freeze_remote.py: two processes on real devices)."""
+    only if both see one pool (tests/real/test_freeze_remote.py: two processes on real devices)."""
     if rendered.values["pool"]["scope"] != "shared":
         return  # the local shape: each node pod is its pool's controller and freezes in-process
     controller, node = controller_pod(rendered), node_pod(rendered)
@@ -87,7 +87,7 @@ def test_controller_and_nodes_share_the_pool_freeze_requests_travel_through(
 def test_loop_cleanup_commands_match_what_the_host_shows() -> None:
     """The kernel names a loop device's backing file as the node plugin's container saw it, or
     "/volumes/<id>.img" once that container is gone, never by the host's pool directory
-    (tests/test_loop_container_view.py); the inode identifies it."""
+    (tests/real/test_loop_container_view.py); the inode identifies it."""
     guide = (ROOT / "docs" / "kind.md").read_text()
     cleanup = guide[guide.index("## Cleaning up") :]
     assert "grep /var/lib/csi-hostpath-kind" not in cleanup

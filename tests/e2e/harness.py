@@ -34,7 +34,7 @@ import grpc
 from csi_hostpath import csi_requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
 from tests.conftest import Client, DriverProcess
-from tests.test_ledger_multinode import ledger_cli, mount_points
+from tests.processes import ledger_cli, mount_points
 
 DRIVER_NAME = "loop.hostpath.csi.dev"
 TOPOLOGY_KEY = f"topology.{DRIVER_NAME}/node"

@@ -42,7 +42,7 @@ from tests import helpers as h
 from tests.conftest import Client, DriverProcess, driver_args, in_process, scratch_parent
 from tests.kernel import cleanup_kernel
 from tests.needs import fs_available
-from tests.test_ledger_multinode import UNSHARE
+from tests.processes import UNSHARE
 
 C = grpc.StatusCode
 SPEC_CODES = frozenset(

@@ -75,7 +75,7 @@ from tests.e2e.chaos_snap import (
 )
 from tests.e2e.harness import PV, Backoff, Cluster, Kubelet, Node, Plugin, Pod
 from tests.kernel import loops_backed_under, mounts_under
-from tests.test_ledger_multinode import wait_for
+from tests.processes import wait_for
 
 # The short run in `make test` (about a minute on a loaded two-CPU machine); `make chaos` sets 200.
 LIFECYCLES = int(os.environ.get("CHAOS_LIFECYCLES", "10"))

@@ -33,7 +33,7 @@ from tests.e2e.k8s.objects import OUT_OF_SERVICE, Api
 from tests.e2e.k8s.provisioner import Claim, ExternalProvisioner
 from tests.e2e.k8s.world import World
 from tests.kernel import loops_backed_under
-from tests.test_ledger_multinode import wait_for
+from tests.processes import wait_for
 
 pytestmark = pytest.mark.real
 GRACE = "2"

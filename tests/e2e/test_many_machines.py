@@ -34,8 +34,7 @@ from tests.e2e.k8s_sched.objects import ApiServer, Claim, Node
 from tests.e2e.k8s_sched.provisioner import CLASS, TOPOLOGY_KEY, NodeProvisioner
 from tests.e2e.k8s_sched.scheduler import ERR_REASON_NOT_ENOUGH_SPACE
 from tests.kernel import is_root
-from tests.test_ledger_multinode import wait_for
-from tests.test_operator_truth import free_port, metric
+from tests.processes import free_port, metric, wait_for
 
 pytestmark = [
     pytest.mark.real,

@@ -17,7 +17,7 @@ from tests import helpers as h
 from tests.e2e.harness import PV, Cluster, Kubelet, Pod
 from tests.kernel import loops_backed_under
 from tests.needs import needs_fs
-from tests.test_ledger_multinode import wait_for
+from tests.processes import wait_for
 
 pytestmark = pytest.mark.real
 Mode = pb.VolumeCapability.AccessMode

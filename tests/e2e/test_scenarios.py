@@ -19,7 +19,7 @@ from csi_hostpath._pb import csi_pb2 as pb
 from tests import helpers as h
 from tests.e2e.harness import TOPOLOGY_KEY, Attacher, Cluster, Node, Pod, Provisioner
 from tests.kernel import loops_backed_under, mounts_under
-from tests.test_ledger_multinode import wait_for
+from tests.processes import wait_for
 
 pytestmark = pytest.mark.real
 C = grpc.StatusCode

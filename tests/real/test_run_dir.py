@@ -1,0 +1,76 @@
+"""`make run`, `make clean` and `make clean-volumes` with a real driver, a real mount and real loop
+devices: clean leaves every volume alone, clean-volumes removes them only once nothing is
+mounted, and the driver's stop says what is still mounted."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.kernel import loops_backed_under, mounts_under, released_after_teardown
+from tests.make_run import MakeRun, checkout_copy, make_in, make_run_session
+from tests.volume_cli_runner import Cli
+
+
+@pytest.fixture
+def session(workdir: Path) -> Iterator[tuple[Cli, MakeRun]]:
+    root = workdir / "session"
+    root.mkdir()
+    log = workdir / "make-run.log"
+    with make_run_session(workdir / ".run", root, log, run_dir_env=True) as both:
+        yield both
+
+
+def test_make_clean_keeps_the_volumes_and_clean_volumes_waits_for_the_unmount(
+    session: tuple[Cli, MakeRun], workdir: Path
+) -> None:
+    cli, run = session
+    run_dir = run.run_dir
+    keep = cli.root / "keep"
+    run.start()
+    vol = cli.json("create", "keep", "--size", "64Mi")
+    cli.json("mount", "keep", "./keep")
+    (keep / "important.txt").write_text("important")
+    stopped = run.stop(signal.SIGTERM)  # as `make clean`'s help asked before
+
+    copy = checkout_copy(workdir)
+    cleaned = make_in(copy, "clean", f"RUN_DIR={run_dir}")
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert (keep / "important.txt").read_text() == "important"
+    image = run_dir / "state" / "pool" / "volumes" / f"{vol['volume_id']}.img"
+    assert image.is_file()
+    assert [p.name for p in copy.iterdir() if p.name.startswith(".")] == []  # venv, caches gone
+    # The stop named the volume left mounted and the command that unmounts it.
+    assert f"keep at {keep}" in stopped and f"csi-hostpath volume unmount {keep}" in stopped
+
+    refused = make_in(copy, "clean-volumes", f"RUN_DIR={run_dir}", "YES=1")
+    assert refused.returncode != 0
+    assert f"mounted: volume keep at {keep}" in refused.stderr
+    assert "attached: /dev/loop" in refused.stderr
+    assert (keep / "important.txt").read_text() == "important" and image.is_file()
+
+    run.start()
+    cli.json("unmount", "keep")
+    assert "still mounted" not in run.stop(signal.SIGINT)
+
+    # Nobody to ask and no YES: the list of what would go, and nothing removed.
+    unasked = make_in(copy, "clean-volumes", f"RUN_DIR={run_dir}")
+    assert unasked.returncode != 0 and image.is_file()
+    assert "volume keep, 64Mi" in unasked.stdout and vol["volume_id"] in unasked.stdout
+
+    removed = make_in(copy, "clean-volumes", f"RUN_DIR={run_dir}", "YES=1")
+    assert removed.returncode == 0, removed.stderr
+    assert not run_dir.exists()
+    assert mounts_under(workdir) == [] and released_after_teardown(workdir) == []
+
+
+def test_sigint_to_makes_own_pid_stops_the_driver(session: tuple[Cli, MakeRun]) -> None:
+    cli, run = session
+    run.start()
+    cli.json("create", "v", "--size", "32Mi")
+    stopped = run.stop(signal.SIGINT)  # make alone: not its process group
+    assert "still mounted" not in stopped
+    assert loops_backed_under(run.run_dir) == []
