@@ -10,12 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from csi_hostpath._pb import csi_pb2
 from csi_hostpath.endpoint import EndpointRefused, claim_endpoint
-from tests.conftest import in_process
 
 
-def _serve(workdir: Path, endpoint: Path, state: str) -> subprocess.CompletedProcess[str]:
+def serve_beside(workdir: Path, endpoint: Path, state: str) -> subprocess.CompletedProcess[str]:
     """A second `serve` with its own state directory, on the given endpoint."""
     args = ["serve", "--endpoint", f"unix://{endpoint}", "--state-dir", str(workdir / state)]
     return subprocess.run(
@@ -68,25 +66,3 @@ def test_live_socket_is_refused(tmp_path: Path) -> None:
 def test_missing_path_gets_its_parent(tmp_path: Path) -> None:
     claim_endpoint(tmp_path / "a" / "b" / "csi.sock")
     assert (tmp_path / "a" / "b").is_dir()
-
-
-@pytest.mark.real
-def test_second_driver_with_another_state_dir_does_not_take_over(workdir: Path) -> None:
-    from csi_hostpath.system.fake import fake_system
-
-    with in_process(workdir, "a", system=fake_system) as client:
-        out = _serve(workdir, client.socket, "b-state")
-        assert out.returncode == 1, out.stderr
-        assert "another process is serving" in out.stderr
-        # The first driver still owns its socket and answers.
-        client.identity.Probe(csi_pb2.ProbeRequest(), timeout=5)
-
-
-@pytest.mark.real
-def test_serve_refuses_a_regular_file_endpoint(workdir: Path) -> None:
-    path = workdir / "notasocket"
-    path.write_text("precious")
-    out = _serve(workdir, path, "s-state")
-    assert out.returncode == 1, out.stderr
-    assert "regular file" in out.stderr
-    assert path.read_text() == "precious"
