@@ -1,4 +1,11 @@
-"""Issue 11 case 3, on real devices: a freeze is always thawed.
+"""A freeze is always thawed, on real devices: a node plugin killed -9 while a snapshot holds a
+volume's filesystem frozen thaws it when it restarts, also on an empty or truncated state
+directory (the freeze record lives in the pool, beside the node's heartbeat, so it survives what
+the state directory does not: kept there, it went with the state and the restarted plugin left
+the filesystem frozen, its pod's writes hung in D state); a filesystem frozen by someone else is
+thawed and snapshotted; the watchdog thaws and aborts a copy that overruns; stats say abnormal
+while frozen. The controller-to-node freeze of the chart's split shape:
+tests/real/test_freeze_remote.py. The bookkeeping on the fake kernel: tests/unit/test_freeze.py.
 
 Every test thaws the volume's filesystem in its `finally` with `fsfreeze -u`, so a failing test
 never leaves the shared kernel with a frozen filesystem, and every write into a filesystem that
@@ -8,6 +15,7 @@ may be frozen runs in a child process waited on with a timeout, so a hang can't 
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import signal
 import subprocess
 import sys
@@ -225,3 +233,28 @@ def test_freeze_watchdog_thaws_and_the_snapshot_is_aborted(workdir: Path) -> Non
             snapshots = client.controller.ListSnapshots(pb.ListSnapshotsRequest()).entries
             assert not snapshots
             assert not list((workdir / "held-state" / "pool" / "snapshots").glob("*.img"))
+
+
+@pytest.mark.parametrize("loss", ["empty", "truncated"])
+def test_kill_9_while_frozen_then_empty_state_still_thaws(
+    spawn: Any, workdir: Path, monkeypatch: pytest.MonkeyPatch, loss: str
+) -> None:
+    pool = ["--pool-dir", str(workdir / "pool")]  # apart from the state: the pool stays
+    monkeypatch.setenv(TEST_HOLD_ENV, "600")  # the first incarnation holds its freeze
+    handle, client = spawn("frz", *pool)
+    monkeypatch.delenv(TEST_HOLD_ENV)
+    vol, staging = _staged(client, workdir, "frz")
+    with always_thawed(staging):
+        kill_9_while_frozen(handle, client, vol.volume_id, staging)
+        state = workdir / "frz-state"
+        if loss == "empty":
+            shutil.rmtree(state)
+        else:
+            (state / "state.db").write_bytes(b"")
+            for suffix in ("-wal", "-shm"):
+                (state / f"state.db{suffix}").unlink(missing_ok=True)
+
+        # No snapshot retry first: the start alone must thaw it.
+        restart_thaws_then_snapshot_succeeds(
+            handle, vol.volume_id, staging, "the restart on lost state left it frozen"
+        )
