@@ -1,5 +1,6 @@
 """Spec rules for every RPC, each test naming the rule of CSI v1.12.0 spec.md it checks:
-required fields, idempotent repeats, and NOT_FOUND for unknown volumes."""
+required fields, idempotent repeats, and NOT_FOUND for unknown volumes. Every rule holds on both
+system layers: `layered_driver` runs each test on the fake one (make unit) and the real one (root)."""
 
 from __future__ import annotations
 
@@ -17,12 +18,6 @@ from tests.conftest import Client
 C = grpc.StatusCode
 UNKNOWN_VOLUME = "vol-" + "0" * 32
 CAP = h.mount_cap("ext4")
-
-
-@pytest.fixture
-def driver(layered_driver: Client) -> Client:
-    """Every rule here holds on both system layers: the fake (make unit) and the real (root)."""
-    return layered_driver
 
 
 # ---- "Missing required fields → INVALID_ARGUMENT" (spec.md, each RPC's Errors table and the
@@ -216,9 +211,9 @@ def _method(client: Client, dotted: str) -> Callable[[Any], Any]:
 
 @pytest.mark.parametrize(("rule", "method", "build"), MISSING, ids=[m[0] for m in MISSING])
 def test_missing_required_field_is_invalid_argument(
-    driver: Client, workdir: Path, rule: str, method: str, build: Callable[[Path], Any]
+    layered_driver: Client, workdir: Path, rule: str, method: str, build: Callable[[Path], Any]
 ) -> None:
-    err = h.expect_code(C.INVALID_ARGUMENT, _method(driver, method), build(workdir))
+    err = h.expect_code(C.INVALID_ARGUMENT, _method(layered_driver, method), build(workdir))
     field = rule.split(": ", 1)[1].split(" is REQUIRED", maxsplit=1)[0]
     assert field in (err.details() or ""), "the answer names the missing field"
 
@@ -273,76 +268,76 @@ NOT_FOUND: list[tuple[str, str, Callable[[Path], Any]]] = [
 
 @pytest.mark.parametrize(("rule", "method", "build"), NOT_FOUND, ids=[m[0] for m in NOT_FOUND])
 def test_unknown_volume_is_not_found(
-    driver: Client, workdir: Path, rule: str, method: str, build: Callable[[Path], Any]
+    layered_driver: Client, workdir: Path, rule: str, method: str, build: Callable[[Path], Any]
 ) -> None:
-    h.expect_code(C.NOT_FOUND, _method(driver, method), build(workdir))
+    h.expect_code(C.NOT_FOUND, _method(layered_driver, method), build(workdir))
 
 
-def test_publish_to_unknown_node_is_not_found(driver: Client) -> None:
+def test_publish_to_unknown_node_is_not_found(layered_driver: Client) -> None:
     """ControllerPublishVolume: 'Node does not exist' → NOT_FOUND."""
-    vol = h.create(driver, "n", CAP, 32 * h.MiB)
-    err = h.expect_code(C.NOT_FOUND, h.publish, driver, vol.volume_id, "node-zz", CAP)
+    vol = h.create(layered_driver, "n", CAP, 32 * h.MiB)
+    err = h.expect_code(C.NOT_FOUND, h.publish, layered_driver, vol.volume_id, "node-zz", CAP)
     assert "node-zz" in (err.details() or "")
 
 
 # ---- Idempotency: "a retry with the same arguments returns the same success" (spec.md
 # "Concurrency" and each RPC's idempotency paragraph) ----
-def test_every_rpc_repeated_returns_the_same_success(driver: Client, workdir: Path) -> None:
+def test_every_rpc_repeated_returns_the_same_success(layered_driver: Client, workdir: Path) -> None:
     req = pb.CreateVolumeRequest(
         name="again",
         volume_capabilities=[CAP],
         capacity_range=pb.CapacityRange(required_bytes=32 * h.MiB),
     )
-    first = driver.controller.CreateVolume(req).volume
-    second = driver.controller.CreateVolume(req).volume
+    first = layered_driver.controller.CreateVolume(req).volume
+    second = layered_driver.controller.CreateVolume(req).volume
     assert first == second, "CreateVolume: same name and arguments → the same volume"
 
-    ctx1 = h.publish(driver, first.volume_id, "node-a", CAP)
-    ctx2 = h.publish(driver, first.volume_id, "node-a", CAP)
+    ctx1 = h.publish(layered_driver, first.volume_id, "node-a", CAP)
+    ctx2 = h.publish(layered_driver, first.volume_id, "node-a", CAP)
     assert ctx1 == ctx2, "ControllerPublishVolume: repeated → the same publish_context"
 
     staging, target = workdir / "st", workdir / "tg"
     staging.mkdir()
     for _ in range(2):
-        h.stage(driver, first, staging, CAP, ctx1)
+        h.stage(layered_driver, first, staging, CAP, ctx1)
     for _ in range(2):
-        h.node_publish(driver, first.volume_id, staging, target, CAP)
-    assert driver.mounted(target)
+        h.node_publish(layered_driver, first.volume_id, staging, target, CAP)
+    assert layered_driver.mounted(target)
     stats = [
-        driver.node.NodeGetVolumeStats(
+        layered_driver.node.NodeGetVolumeStats(
             pb.NodeGetVolumeStatsRequest(volume_id=first.volume_id, volume_path=str(target))
         )
         for _ in range(2)
     ]
     assert stats[0].usage[0].total == stats[1].usage[0].total > 0
     for _ in range(2):
-        h.node_unpublish(driver, first.volume_id, target)
+        h.node_unpublish(layered_driver, first.volume_id, target)
     for _ in range(2):
-        h.unstage(driver, first.volume_id, staging)
+        h.unstage(layered_driver, first.volume_id, staging)
     for _ in range(2):
-        h.unpublish(driver, first.volume_id, "node-a")
+        h.unpublish(layered_driver, first.volume_id, "node-a")
     for _ in range(2):
-        h.delete(driver, first.volume_id)
+        h.delete(layered_driver, first.volume_id)
     # Unknown IDs are already gone: DeleteVolume, ControllerUnpublish, NodeUnstage and
     # NodeUnpublish all answer OK ("the volume is already in the desired state").
-    h.delete(driver, UNKNOWN_VOLUME)
-    h.unpublish(driver, UNKNOWN_VOLUME, "node-a")
-    h.unstage(driver, UNKNOWN_VOLUME, staging)
-    h.node_unpublish(driver, UNKNOWN_VOLUME, target)
+    h.delete(layered_driver, UNKNOWN_VOLUME)
+    h.unpublish(layered_driver, UNKNOWN_VOLUME, "node-a")
+    h.unstage(layered_driver, UNKNOWN_VOLUME, staging)
+    h.node_unpublish(layered_driver, UNKNOWN_VOLUME, target)
 
 
-def test_create_same_name_different_size_is_already_exists(driver: Client) -> None:
+def test_create_same_name_different_size_is_already_exists(layered_driver: Client) -> None:
     """CreateVolume: 'Volume already exists but is incompatible' → ALREADY_EXISTS."""
-    h.create(driver, "clash", CAP, 32 * h.MiB)
-    h.expect_code(C.ALREADY_EXISTS, h.create, driver, "clash", CAP, 128 * h.MiB)
-    h.expect_code(C.ALREADY_EXISTS, h.create, driver, "clash", h.block_cap(), 32 * h.MiB)
+    h.create(layered_driver, "clash", CAP, 32 * h.MiB)
+    h.expect_code(C.ALREADY_EXISTS, h.create, layered_driver, "clash", CAP, 128 * h.MiB)
+    h.expect_code(C.ALREADY_EXISTS, h.create, layered_driver, "clash", h.block_cap(), 32 * h.MiB)
 
 
-def test_capacity_rules(driver: Client) -> None:
+def test_capacity_rules(layered_driver: Client) -> None:
     """CreateVolume: 'Unsupported capacity_range' → OUT_OF_RANGE; report the real capacity."""
 
     def create_range(required: int, limit: int) -> pb.Volume:
-        return driver.controller.CreateVolume(
+        return layered_driver.controller.CreateVolume(
             pb.CreateVolumeRequest(
                 name=f"r{required}-{limit}",
                 volume_capabilities=[CAP],
@@ -358,14 +353,14 @@ def test_capacity_rules(driver: Client) -> None:
     assert vol.capacity_bytes > 0
 
 
-def test_mnmw_on_a_filesystem_is_refused(driver: Client) -> None:
+def test_mnmw_on_a_filesystem_is_refused(layered_driver: Client) -> None:
     """Two nodes mounting one ext4 corrupt it: MULTI_NODE_MULTI_WRITER with a mount capability
     → INVALID_ARGUMENT at create, and not confirmed by ValidateVolumeCapabilities."""
     mnmw_fs = h.mount_cap("ext4", mode=h.Mode.MULTI_NODE_MULTI_WRITER)
-    h.expect_code(C.INVALID_ARGUMENT, h.create, driver, "mnmw", mnmw_fs)
-    vol = h.create(driver, "mnmw-block", h.block_cap(h.Mode.MULTI_NODE_MULTI_WRITER))
-    vol2 = h.create(driver, "fs", CAP, 32 * h.MiB)
-    reply = driver.controller.ValidateVolumeCapabilities(
+    h.expect_code(C.INVALID_ARGUMENT, h.create, layered_driver, "mnmw", mnmw_fs)
+    vol = h.create(layered_driver, "mnmw-block", h.block_cap(h.Mode.MULTI_NODE_MULTI_WRITER))
+    vol2 = h.create(layered_driver, "fs", CAP, 32 * h.MiB)
+    reply = layered_driver.controller.ValidateVolumeCapabilities(
         pb.ValidateVolumeCapabilitiesRequest(
             volume_id=vol2.volume_id, volume_capabilities=[mnmw_fs]
         )
@@ -374,12 +369,14 @@ def test_mnmw_on_a_filesystem_is_refused(driver: Client) -> None:
     assert vol.volume_id
 
 
-def test_list_volumes_paginates_and_rejects_bad_tokens(driver: Client) -> None:
+def test_list_volumes_paginates_and_rejects_bad_tokens(layered_driver: Client) -> None:
     """ListVolumes: max_entries/next_token; 'Invalid starting_token' → ABORTED."""
-    made = [h.create(driver, f"page-{i}", h.block_cap(), 4 * h.MiB).volume_id for i in range(5)]
+    made = [
+        h.create(layered_driver, f"page-{i}", h.block_cap(), 4 * h.MiB).volume_id for i in range(5)
+    ]
     seen, token = [], ""
     while True:
-        reply = driver.controller.ListVolumes(
+        reply = layered_driver.controller.ListVolumes(
             pb.ListVolumesRequest(max_entries=2, starting_token=token)
         )
         assert len(reply.entries) <= 2
@@ -390,36 +387,38 @@ def test_list_volumes_paginates_and_rejects_bad_tokens(driver: Client) -> None:
     assert seen == made
     h.expect_code(
         C.ABORTED,
-        driver.controller.ListVolumes,
+        layered_driver.controller.ListVolumes,
         pb.ListVolumesRequest(starting_token="not-a-token"),
     )
 
 
-def test_identity_and_capabilities(driver: Client) -> None:
-    info = driver.identity.GetPluginInfo(pb.GetPluginInfoRequest())
+def test_identity_and_capabilities(layered_driver: Client) -> None:
+    info = layered_driver.identity.GetPluginInfo(pb.GetPluginInfoRequest())
     assert info.name == "loop.hostpath.csi.dev" and info.vendor_version
-    assert driver.identity.Probe(pb.ProbeRequest()).ready.value is True
-    caps = driver.identity.GetPluginCapabilities(pb.GetPluginCapabilitiesRequest())
+    assert layered_driver.identity.Probe(pb.ProbeRequest()).ready.value is True
+    caps = layered_driver.identity.GetPluginCapabilities(pb.GetPluginCapabilitiesRequest())
     types = {c.service.type for c in caps.capabilities}
     assert pb.PluginCapability.Service.CONTROLLER_SERVICE in types
     assert pb.PluginCapability.Service.VOLUME_ACCESSIBILITY_CONSTRAINTS in types
-    node_info = driver.node.NodeGetInfo(pb.NodeGetInfoRequest())
+    node_info = layered_driver.node.NodeGetInfo(pb.NodeGetInfoRequest())
     assert node_info.node_id == "node-a"
     assert dict(node_info.accessible_topology.segments) == {
         "topology.loop.hostpath.csi.dev/node": "node-a"
     }
-    capacity = driver.controller.GetCapacity(pb.GetCapacityRequest())
+    capacity = layered_driver.controller.GetCapacity(pb.GetCapacityRequest())
     assert capacity.available_capacity > 0
 
 
-def test_node_publish_without_staging_is_failed_precondition(driver: Client, workdir: Path) -> None:
+def test_node_publish_without_staging_is_failed_precondition(
+    layered_driver: Client, workdir: Path
+) -> None:
     """NodePublishVolume: STAGE_UNSTAGE_VOLUME is advertised but the volume was not staged
     → FAILED_PRECONDITION."""
-    vol = h.create(driver, "unstaged", CAP, 32 * h.MiB)
+    vol = h.create(layered_driver, "unstaged", CAP, 32 * h.MiB)
     h.expect_code(
         C.FAILED_PRECONDITION,
         h.node_publish,
-        driver,
+        layered_driver,
         vol.volume_id,
         workdir / "nowhere",
         workdir / "t",
@@ -427,7 +426,7 @@ def test_node_publish_without_staging_is_failed_precondition(driver: Client, wor
     )
 
 
-def test_rwop_allows_one_target_rwo_allows_many(driver: Client, workdir: Path) -> None:
+def test_rwop_allows_one_target_rwo_allows_many(layered_driver: Client, workdir: Path) -> None:
     """SINGLE_NODE_SINGLE_WRITER (ReadWriteOncePod): a second target → FAILED_PRECONDITION.
     SINGLE_NODE_WRITER (RWO): several targets on the one node are fine (seed 2)."""
     for mode, name in (
@@ -435,64 +434,75 @@ def test_rwop_allows_one_target_rwo_allows_many(driver: Client, workdir: Path) -
         (h.Mode.SINGLE_NODE_WRITER, "rwo"),
     ):
         cap = h.mount_cap("ext4", mode=mode)
-        vol = h.create(driver, name, cap, 32 * h.MiB)
-        ctx = h.publish(driver, vol.volume_id, "node-a", cap)
+        vol = h.create(layered_driver, name, cap, 32 * h.MiB)
+        ctx = h.publish(layered_driver, vol.volume_id, "node-a", cap)
         staging = workdir / name / "st"
         staging.mkdir(parents=True)
-        h.stage(driver, vol, staging, cap, ctx)
-        h.node_publish(driver, vol.volume_id, staging, workdir / name / "pod1", cap)
+        h.stage(layered_driver, vol, staging, cap, ctx)
+        h.node_publish(layered_driver, vol.volume_id, staging, workdir / name / "pod1", cap)
         if name == "rwop":
             h.expect_code(
                 C.FAILED_PRECONDITION,
                 h.node_publish,
-                driver,
+                layered_driver,
                 vol.volume_id,
                 staging,
                 workdir / name / "pod2",
                 cap,
             )
         else:
-            h.node_publish(driver, vol.volume_id, staging, workdir / name / "pod2", cap)
-            if not driver.on_fake:  # the fake's mounts are records; only the kernel shares data
+            h.node_publish(layered_driver, vol.volume_id, staging, workdir / name / "pod2", cap)
+            if (
+                not layered_driver.on_fake
+            ):  # the fake's mounts are records; only the kernel shares data
                 (workdir / name / "pod1" / "f").write_text("shared")
                 assert (workdir / name / "pod2" / "f").read_text() == "shared"
-            h.node_unpublish(driver, vol.volume_id, workdir / name / "pod2")
-        h.node_unpublish(driver, vol.volume_id, workdir / name / "pod1")
-        h.unstage(driver, vol.volume_id, staging)
+            h.node_unpublish(layered_driver, vol.volume_id, workdir / name / "pod2")
+        h.node_unpublish(layered_driver, vol.volume_id, workdir / name / "pod1")
+        h.unstage(layered_driver, vol.volume_id, staging)
 
 
-def test_same_target_different_readonly_is_already_exists(driver: Client, workdir: Path) -> None:
+def test_same_target_different_readonly_is_already_exists(
+    layered_driver: Client, workdir: Path
+) -> None:
     """NodePublishVolume: 'Volume published but is incompatible' → ALREADY_EXISTS."""
-    vol, staging, target = h.in_use(driver, workdir, "tgt", CAP)
+    vol, staging, target = h.in_use(layered_driver, workdir, "tgt", CAP)
     h.expect_code(
-        C.ALREADY_EXISTS, h.node_publish, driver, vol.volume_id, staging, target, CAP, readonly=True
+        C.ALREADY_EXISTS,
+        h.node_publish,
+        layered_driver,
+        vol.volume_id,
+        staging,
+        target,
+        CAP,
+        readonly=True,
     )
-    h.release(driver, vol.volume_id, staging, target)
+    h.release(layered_driver, vol.volume_id, staging, target)
 
 
-def test_stats_on_unpublished_path_is_not_found(driver: Client, workdir: Path) -> None:
+def test_stats_on_unpublished_path_is_not_found(layered_driver: Client, workdir: Path) -> None:
     """NodeGetVolumeStats: 'Volume does not exist' at volume_path → NOT_FOUND."""
-    vol = h.create(driver, "stats", CAP, 32 * h.MiB)
+    vol = h.create(layered_driver, "stats", CAP, 32 * h.MiB)
     h.expect_code(
         C.NOT_FOUND,
-        driver.node.NodeGetVolumeStats,
+        layered_driver.node.NodeGetVolumeStats,
         pb.NodeGetVolumeStatsRequest(volume_id=vol.volume_id, volume_path=str(workdir)),
     )
 
 
 def test_paths_inside_the_drivers_state_directory_are_refused(
-    driver: Client, workdir: Path
+    layered_driver: Client, workdir: Path
 ) -> None:
     """The CO's staging and target paths never lie in the driver's own state directory, where
     inline volumes and the store live."""
-    vol = h.create(driver, "inside", CAP, 32 * h.MiB)
-    ctx = h.publish(driver, vol.volume_id, "node-a", CAP)
+    vol = h.create(layered_driver, "inside", CAP, 32 * h.MiB)
+    ctx = h.publish(layered_driver, vol.volume_id, "node-a", CAP)
     inside = workdir / "drv-state" / "ephemeral" / f"{vol.volume_id}.mnt"
-    h.expect_code(C.INVALID_ARGUMENT, h.stage, driver, vol, inside, CAP, ctx)
+    h.expect_code(C.INVALID_ARGUMENT, h.stage, layered_driver, vol, inside, CAP, ctx)
     h.expect_code(
         C.INVALID_ARGUMENT,
         h.node_publish,
-        driver,
+        layered_driver,
         vol.volume_id,
         workdir / "st",
         workdir / "drv-state" / "x",

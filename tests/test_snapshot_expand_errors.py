@@ -1,5 +1,7 @@
 """The error tables of spec.md for CreateSnapshot, DeleteSnapshot, ListSnapshots and
-ControllerExpandVolume, one test per row (rows that can't happen in this driver say why)."""
+ControllerExpandVolume, one test per row (rows that can't happen in this driver say why). The
+rows hold on both system layers (`layered_driver`: fake in make unit, real marked real); the rows
+that need a pool to run out use `fake_driver`'s 64 MiB pool or a real tmpfs."""
 
 from __future__ import annotations
 
@@ -22,13 +24,6 @@ UNKNOWN_VOLUME = "vol-" + "0" * 32
 UNKNOWN_SNAPSHOT = "snap-" + "0" * 32
 
 
-@pytest.fixture
-def driver(layered_driver: Client) -> Client:
-    """The spec's rows hold on both system layers (fake: make unit; real: marked real). The
-    rows that need a pool to run out use `fake_driver`'s 64 MiB pool or a real tmpfs."""
-    return layered_driver
-
-
 def snapshot(client: Client, source: str, name: str) -> pb.Snapshot:
     return client.controller.CreateSnapshot(
         pb.CreateSnapshotRequest(source_volume_id=source, name=name)
@@ -45,23 +40,23 @@ def expand(client: Client, volume_id: str, required: int, limit: int = 0) -> Any
 
 
 # ----- CreateSnapshot -----
-def test_create_snapshot_missing_fields_invalid_argument(driver: Client) -> None:
-    h.expect_code(C.INVALID_ARGUMENT, snapshot, driver, "", "s")
-    h.expect_code(C.INVALID_ARGUMENT, snapshot, driver, UNKNOWN_VOLUME, "")
+def test_create_snapshot_missing_fields_invalid_argument(layered_driver: Client) -> None:
+    h.expect_code(C.INVALID_ARGUMENT, snapshot, layered_driver, "", "s")
+    h.expect_code(C.INVALID_ARGUMENT, snapshot, layered_driver, UNKNOWN_VOLUME, "")
 
 
-def test_create_snapshot_source_missing_not_found(driver: Client) -> None:
+def test_create_snapshot_source_missing_not_found(layered_driver: Client) -> None:
     """Not in the table, but "Source volume does not exist" is NOT_FOUND in csi-sanity too."""
-    h.expect_code(C.NOT_FOUND, snapshot, driver, UNKNOWN_VOLUME, "s")
+    h.expect_code(C.NOT_FOUND, snapshot, layered_driver, UNKNOWN_VOLUME, "s")
 
 
-def test_snapshot_already_exists_but_is_incompatible(driver: Client) -> None:
+def test_snapshot_already_exists_but_is_incompatible(layered_driver: Client) -> None:
     """ "Snapshot already exists but is incompatible" → 6 ALREADY_EXISTS."""
-    a = h.create(driver, "a", h.block_cap(), 4 * MiB)
-    b = h.create(driver, "b", h.block_cap(), 4 * MiB)
-    first = snapshot(driver, a.volume_id, "s")
-    assert snapshot(driver, a.volume_id, "s") == first
-    h.expect_code(C.ALREADY_EXISTS, snapshot, driver, b.volume_id, "s")
+    a = h.create(layered_driver, "a", h.block_cap(), 4 * MiB)
+    b = h.create(layered_driver, "b", h.block_cap(), 4 * MiB)
+    first = snapshot(layered_driver, a.volume_id, "s")
+    assert snapshot(layered_driver, a.volume_id, "s") == first
+    h.expect_code(C.ALREADY_EXISTS, snapshot, layered_driver, b.volume_id, "s")
 
 
 class SlowCopyPool:
@@ -119,16 +114,18 @@ def test_snapshot_not_enough_space_resource_exhausted(fake_driver: Client, workd
 
 
 # ----- DeleteSnapshot -----
-def test_delete_snapshot_rows(driver: Client) -> None:
+def test_delete_snapshot_rows(layered_driver: Client) -> None:
     """snapshot_id REQUIRED → INVALID_ARGUMENT; an unknown ID → OK (idempotent). "Snapshot in
     use" can't happen: a snapshot is an independent copy, and restores copy it again."""
-    h.expect_code(C.INVALID_ARGUMENT, driver.controller.DeleteSnapshot, pb.DeleteSnapshotRequest())
-    driver.controller.DeleteSnapshot(pb.DeleteSnapshotRequest(snapshot_id=UNKNOWN_SNAPSHOT))
-    driver.controller.DeleteSnapshot(pb.DeleteSnapshotRequest(snapshot_id="bogus/../x"))
-    vol = h.create(driver, "a", h.block_cap(), 4 * MiB)
-    snap = snapshot(driver, vol.volume_id, "s")
-    h.delete(driver, vol.volume_id)  # a snapshot outlives its source
-    restored = driver.controller.CreateVolume(
+    h.expect_code(
+        C.INVALID_ARGUMENT, layered_driver.controller.DeleteSnapshot, pb.DeleteSnapshotRequest()
+    )
+    layered_driver.controller.DeleteSnapshot(pb.DeleteSnapshotRequest(snapshot_id=UNKNOWN_SNAPSHOT))
+    layered_driver.controller.DeleteSnapshot(pb.DeleteSnapshotRequest(snapshot_id="bogus/../x"))
+    vol = h.create(layered_driver, "a", h.block_cap(), 4 * MiB)
+    snap = snapshot(layered_driver, vol.volume_id, "s")
+    h.delete(layered_driver, vol.volume_id)  # a snapshot outlives its source
+    restored = layered_driver.controller.CreateVolume(
         pb.CreateVolumeRequest(
             name="r",
             volume_capabilities=[h.block_cap()],
@@ -139,30 +136,33 @@ def test_delete_snapshot_rows(driver: Client) -> None:
     )
     assert restored.volume.capacity_bytes == 4 * MiB
     for _ in range(2):
-        driver.controller.DeleteSnapshot(pb.DeleteSnapshotRequest(snapshot_id=snap.snapshot_id))
+        layered_driver.controller.DeleteSnapshot(
+            pb.DeleteSnapshotRequest(snapshot_id=snap.snapshot_id)
+        )
     h.expect_code(
         C.NOT_FOUND,
-        driver.controller.GetSnapshot,
+        layered_driver.controller.GetSnapshot,
         pb.GetSnapshotRequest(snapshot_id=snap.snapshot_id),
     )
 
 
 # ----- ListSnapshots -----
-def test_list_snapshots_invalid_starting_token_aborted(driver: Client) -> None:
+def test_list_snapshots_invalid_starting_token_aborted(layered_driver: Client) -> None:
     """ "Invalid starting_token" → 10 ABORTED; pagination and both filters work."""
     h.expect_code(
         C.ABORTED,
-        driver.controller.ListSnapshots,
+        layered_driver.controller.ListSnapshots,
         pb.ListSnapshotsRequest(starting_token="nonsense"),
     )
-    a = h.create(driver, "a", h.block_cap(), 4 * MiB)
-    b = h.create(driver, "b", h.block_cap(), 4 * MiB)
+    a = h.create(layered_driver, "a", h.block_cap(), 4 * MiB)
+    b = h.create(layered_driver, "b", h.block_cap(), 4 * MiB)
     made = [
-        snapshot(driver, v.volume_id, f"s{i}").snapshot_id for i, v in enumerate([a, b, a, b, a])
+        snapshot(layered_driver, v.volume_id, f"s{i}").snapshot_id
+        for i, v in enumerate([a, b, a, b, a])
     ]
     seen, token = [], ""
     while True:
-        reply = driver.controller.ListSnapshots(
+        reply = layered_driver.controller.ListSnapshots(
             pb.ListSnapshotsRequest(max_entries=2, starting_token=token)
         )
         seen += [e.snapshot.snapshot_id for e in reply.entries]
@@ -170,36 +170,38 @@ def test_list_snapshots_invalid_starting_token_aborted(driver: Client) -> None:
         if not token:
             break
     assert seen == made
-    of_a = driver.controller.ListSnapshots(
+    of_a = layered_driver.controller.ListSnapshots(
         pb.ListSnapshotsRequest(source_volume_id=a.volume_id)
     ).entries
     assert [e.snapshot.snapshot_id for e in of_a] == made[0::2]
-    one = driver.controller.ListSnapshots(pb.ListSnapshotsRequest(snapshot_id=made[3])).entries
+    one = layered_driver.controller.ListSnapshots(
+        pb.ListSnapshotsRequest(snapshot_id=made[3])
+    ).entries
     assert [e.snapshot.snapshot_id for e in one] == [made[3]]
-    none = driver.controller.ListSnapshots(
+    none = layered_driver.controller.ListSnapshots(
         pb.ListSnapshotsRequest(snapshot_id=UNKNOWN_SNAPSHOT)
     ).entries
     assert list(none) == []
 
 
 # ----- ControllerExpandVolume -----
-def test_expand_missing_fields_invalid_argument(driver: Client) -> None:
+def test_expand_missing_fields_invalid_argument(layered_driver: Client) -> None:
     h.expect_code(
         C.INVALID_ARGUMENT,
-        driver.controller.ControllerExpandVolume,
+        layered_driver.controller.ControllerExpandVolume,
         pb.ControllerExpandVolumeRequest(capacity_range=pb.CapacityRange(required_bytes=MiB)),
     )
-    vol = h.create(driver, "a", h.block_cap(), 4 * MiB)
+    vol = h.create(layered_driver, "a", h.block_cap(), 4 * MiB)
     h.expect_code(
         C.INVALID_ARGUMENT,
-        driver.controller.ControllerExpandVolume,
+        layered_driver.controller.ControllerExpandVolume,
         pb.ControllerExpandVolumeRequest(volume_id=vol.volume_id),
     )
 
 
-def test_expand_volume_does_not_exist_not_found(driver: Client) -> None:
+def test_expand_volume_does_not_exist_not_found(layered_driver: Client) -> None:
     """ "Volume does not exist" → 5 NOT_FOUND."""
-    h.expect_code(C.NOT_FOUND, expand, driver, UNKNOWN_VOLUME, 8 * MiB)
+    h.expect_code(C.NOT_FOUND, expand, layered_driver, UNKNOWN_VOLUME, 8 * MiB)
 
 
 def test_expand_unsupported_capacity_out_of_range(workdir: Path) -> None:

@@ -5,22 +5,13 @@ not add a second row either."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from prometheus_client import generate_latest
 
 from csi_hostpath.server import Driver
 from tests import helpers as h
 from tests.conftest import Client
-from tests.unit.builders import quiet_fake_driver
-
-
-@pytest.fixture
-def drv(tmp_path: Path) -> Iterator[tuple[Driver, Client]]:
-    with quiet_fake_driver(tmp_path, capacity_bytes=64 << 20) as pair:
-        yield pair
 
 
 def _fence_one(driver: Driver, client: Client, tmp_path: Path) -> str:

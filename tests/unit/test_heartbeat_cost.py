@@ -8,7 +8,6 @@ older version, with every volume inline, is still read."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,15 +18,8 @@ from csi_hostpath.store import pool
 from csi_hostpath.store.pool import PoolLayout
 from tests import helpers as h
 from tests.conftest import Client
-from tests.unit.builders import quiet_fake_driver
 
 NEIGHBOURS = 3
-
-
-@pytest.fixture
-def drv(tmp_path: Path) -> Iterator[tuple[Driver, Client]]:
-    with quiet_fake_driver(tmp_path, capacity_bytes=256 << 20) as pair:
-        yield pair
 
 
 def test_node_calls_write_only_their_own_volume(

@@ -4,9 +4,6 @@ publications. The answer is what it was: the holders of each volume, pages that 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
@@ -14,13 +11,6 @@ from csi_hostpath.server import Driver
 from csi_hostpath.store.pool import PoolLayout
 from tests import helpers as h
 from tests.conftest import Client
-from tests.unit.builders import quiet_fake_driver
-
-
-@pytest.fixture
-def drv(tmp_path: Path) -> Iterator[tuple[Driver, Client]]:
-    with quiet_fake_driver(tmp_path, capacity_bytes=256 << 20) as pair:
-        yield pair
 
 
 def test_a_page_is_one_query_with_its_holders(

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import pytest
@@ -17,15 +15,8 @@ from csi_hostpath.core.naming import node_key
 from csi_hostpath.server import Driver
 from tests import helpers as h
 from tests.conftest import Client
-from tests.unit.builders import quiet_fake_driver
 
 Mode = h.Mode
-
-
-@pytest.fixture
-def drv(tmp_path: Path) -> Iterator[tuple[Driver, Client]]:
-    with quiet_fake_driver(tmp_path, capacity_bytes=64 << 20) as pair:
-        yield pair
 
 
 def _heartbeat(driver: Driver, node_id: str, age: float) -> None:
