@@ -1,4 +1,4 @@
-"""Issue 11 case 10: the endpoint path is removed only when it is a stale socket. A regular file,
+"""The endpoint path is removed only when it is a stale socket. A regular file,
 a directory, or a socket another driver still serves on is refused with a clear error."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 14: node loss. A local volume's node that is forgotten by an operator, or silent past
+"""Node loss. A local volume's node that is forgotten by an operator, or silent past
 --node-lost-after, is lost: inspect, doctor and csi_hostpath_lost_volumes say so; DeleteVolume of
 a lost volume succeeds (audited) even while the lost node holds it; `node cleanup` prints the
 kubectl steps for the claims pinned to it, and runs them with --kubeconfig.

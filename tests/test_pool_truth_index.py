@@ -1,5 +1,5 @@
 """The index half of "the pool is the truth", without a driver: crash windows, quarantine, and
-fencing tokens that never go backwards when the database is rebuilt (issue 11, case 1)."""
+fencing tokens that never go backwards when the database is rebuilt."""
 
 from __future__ import annotations
 

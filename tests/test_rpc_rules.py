@@ -429,7 +429,7 @@ def test_node_publish_without_staging_is_failed_precondition(
 
 def test_rwop_allows_one_target_rwo_allows_many(layered_driver: Client, workdir: Path) -> None:
     """SINGLE_NODE_SINGLE_WRITER (ReadWriteOncePod): a second target → FAILED_PRECONDITION.
-    SINGLE_NODE_WRITER (RWO): several targets on the one node are fine (seed 2)."""
+    SINGLE_NODE_WRITER (RWO): several targets on the one node are fine."""
     for mode, name in (
         (h.Mode.SINGLE_NODE_SINGLE_WRITER, "rwop"),
         (h.Mode.SINGLE_NODE_WRITER, "rwo"),

@@ -1,4 +1,4 @@
-"""Issue 14: snapshots know their node. Two local-scope controllers (node-a, node-b), each with
+"""Snapshots know their node. Two local-scope controllers (node-a, node-b), each with
 its own pool, over real gRPC servers (fake system layer: no root needed)."""
 
 from __future__ import annotations

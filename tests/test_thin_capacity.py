@@ -1,4 +1,4 @@
-"""Issue 14: honest thin capacity and topology in the spec's order, over a real gRPC server.
+"""Honest thin capacity and topology in the spec's order, over a real gRPC server.
 
 The fake system layer pretends only the pool's size (64 MiB); files, sqlite and the server are
 real. The real-pool and trim tests are in tests/real/test_thin_capacity.py."""

@@ -19,7 +19,7 @@ from tests.chart.conftest import Case, rendered_case
 
 Obj = dict[str, Any]
 
-# The sidecar releases the chart pins by default (issue #5). The registrar and the liveness probe
+# The sidecar releases the chart pins by default. The registrar and the liveness probe
 # are the driver image's own subcommands by default (tests/chart/test_kubelet_helpers.py); these
 # are the upstream images they switch to with implementation: upstream.
 SIDECAR_IMAGES = {

@@ -1,4 +1,4 @@
-"""Group snapshots and VolumeAttributesClasses in the chart (issue 15): each rendered only where the
+"""Group snapshots and VolumeAttributesClasses in the chart: each rendered only where the
 cluster serves its API, with the sidecar flag and RBAC of the pinned external-snapshotter v8.6.0
 (cmd/csi-snapshotter/main.go, deploy/kubernetes/csi-snapshotter/rbac-csi-snapshotter.yaml)."""
 

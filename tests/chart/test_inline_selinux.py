@@ -1,4 +1,4 @@
-"""Inline ephemeral volumes are opt-in and capped; SELinux-enforcing nodes (issue 13 §3)."""
+"""Inline ephemeral volumes are opt-in and capped; SELinux-enforcing nodes."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def test_selinux_defaults() -> None:
 
 
 def test_inline_flags_are_the_clis_own() -> None:
-    """The two flags the chart passes are the driver's (issue 11's guards add them)."""
+    """The two flags the chart passes are the driver's (its node guards add them)."""
     import pytest
 
     from csi_hostpath.cli import build_parser

@@ -1,6 +1,6 @@
 """`make kind-e2e` (tools/kind-e2e.sh): it can't run here (no container engine), so it must pass
 shellcheck and its --dry-run must print every step of docs/kind.md's experiments, with a kubectl
-check of each outcome, while running nothing (issue 13 §4)."""
+check of each outcome, while running nothing."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The kind setup: host paths, the image load, the snapshot install and the host's cgroups
-(issue 13 §3)."""
+"""The kind setup: host paths, the image load, the snapshot install and the host's cgroups"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The many-machines shape, pool.scope local (issue 14): each node's DaemonSet pod is the controller
+"""The many-machines shape, pool.scope local: each node's DaemonSet pod is the controller
 of its own pool beside a node-local external-provisioner; no central controller, no attach.
 
 Upstream: external-provisioner v6.3.0 README ("Deployment on each node", "Capacity support"),
@@ -170,7 +170,7 @@ def test_docs_say_which_shape_and_why() -> None:
 
 @pytest.mark.parametrize("scope", ["local", "shared"])
 def test_overcommit_and_lost_after_reach_the_driver(scope: str) -> None:
-    """Issue 14: the thin-capacity ratio and the node-loss threshold are chart values, passed to
+    """The thin-capacity ratio and the node-loss threshold are chart values, passed to
     the driver in both shapes and parsed by its own CLI."""
     r = chart_tool.render(
         {"pool": {"scope": scope}, "driver": {"overcommitRatio": 1.5, "nodeLostAfter": 120}}

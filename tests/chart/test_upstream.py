@@ -1,4 +1,4 @@
-"""The chart against the pinned sidecar releases' own deploy manifests and source (issue 13).
+"""The chart against the pinned sidecar releases' own deploy manifests and source.
 
 Each test names the upstream file it follows; each failed on the chart before the fix."""
 

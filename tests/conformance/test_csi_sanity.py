@@ -123,8 +123,8 @@ def run_sanity(workdir: Path, run: str, endpoint: Path, *extra: str) -> Report:
 
 Spawn = Callable[..., tuple[Any, Any]]
 # The attach-limit spec makes ATTACH_LIMIT + 1 volumes of 10 GiB and never writes them: 170 GiB
-# that a thin pool on a test machine's disk can promise only overcommitted (issue 14: at the
-# default ratio 1.0 the sizes of all volumes never exceed the pool).
+# that a thin pool on a test machine's disk can promise only overcommitted (at the default
+# ratio 1.0 the sizes of all volumes never exceed the pool).
 ALL_FLAGS = ("--max-volumes-per-node", str(ATTACH_LIMIT), "--overcommit-ratio", "50")
 
 

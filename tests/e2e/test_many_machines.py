@@ -1,4 +1,4 @@
-"""Issue 14 acceptance: node-local pools on many machines.
+"""Node-local pools on many machines.
 
 Three node plugins, each the local-scope controller of its own pool (`--mode all --pool-scope
 local`), each pool a tmpfs of 8 GiB of its own. Beside them run the models of

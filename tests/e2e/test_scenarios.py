@@ -1,5 +1,6 @@
-"""The seed scenarios of issue #6, each played by the provisioner, the attacher and the kubelets
-against one controller and real node plugins in their own mount namespaces."""
+"""The first Kubernetes scenarios the driver was built against, each played by the provisioner,
+the attacher and the kubelets against one controller and real node plugins in their own mount
+namespaces."""
 
 from __future__ import annotations
 

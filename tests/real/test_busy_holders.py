@@ -1,4 +1,4 @@
-"""Issue 12, on real loop devices through a real driver: a NodeUnpublishVolume that the kernel
+"""On real loop devices through a real driver: a NodeUnpublishVolume that the kernel
 refuses (EBUSY) names the process holding the target, by pid and command, in the error, the log
 and `inspect`. The fake-kernel twin is tests/unit/test_busy_holders.py."""
 

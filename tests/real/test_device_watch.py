@@ -1,4 +1,4 @@
-"""Issue 12, on real loop devices through a real driver: `losetup -d` of a staged block volume's
+"""On real loop devices through a real driver: `losetup -d` of a staged block volume's
 device shows as abnormal at once (the kernel's uevent through pyudev), in the log and in
 `inspect`, well before the next periodic heartbeat. Fake twin: tests/unit/test_device_watch.py."""
 

@@ -1,4 +1,4 @@
-"""Issue 11 case 5: teardown works on a full disk.
+"""Teardown works on a full disk.
 
 The default layout puts the pool beside state.db. Here both live on one small tmpfs, a volume is
 created, attached, staged and published, and the filesystem is then filled to the last byte. Every

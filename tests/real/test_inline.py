@@ -1,5 +1,5 @@
-"""Inline ephemeral volumes on real loop devices (issue 11 case 4, issue 13 §3): opt-in, capped
-by --max-inline-size, and kept in the pool, never beside state.db.
+"""Inline ephemeral volumes on real loop devices: opt-in, capped by --max-inline-size, and kept
+in the pool, never beside state.db.
 
 Any pod author can ask for an inline volume. Before this, each one was a file in the state
 directory, with its size judged against the pool's filesystem: one pod could fill the filesystem

@@ -1,4 +1,4 @@
-"""Issue 11 case 7: a volume whose writes failed because the thin pool ran out is abnormal in
+"""A volume whose writes failed because the thin pool ran out is abnormal in
 both health RPCs, and stays so after the pool has room again (its data may be lost: the
 filesystem's writes failed under it).
 
@@ -52,7 +52,7 @@ def _conditions(client: Client, volume_id: str, target: Path) -> list[pb.VolumeC
     return [controller, node]
 
 
-def test_case7_write_errors_on_a_full_thin_pool_show_in_both_health_rpcs(workdir: Path) -> None:
+def test_write_errors_on_a_full_thin_pool_show_in_both_health_rpcs(workdir: Path) -> None:
     """Two thin volumes (64 and 24 MiB) on a 48 MiB tmpfs pool: A fills the pool, then B's
     writes fail. Once the pool is grown it has room again, yet B stays abnormal in both RPCs,
     and the message says I/O errors. Failed on the old code: ControllerGetVolume called B

@@ -1,6 +1,7 @@
-"""Seed 1, for real: one controller and two node plugins, each node in its own mount namespace,
-sharing one pool. node-a holds a volume and freezes; the attach to node-b waits until an
-operator force-detaches; node-a fences itself when it thaws."""
+"""Multi-attach refused until an operator force-detaches, for real: one controller and two node
+plugins, each node in its own mount namespace, sharing one pool. node-a holds a volume and
+freezes; the attach to node-b waits until an operator force-detaches; node-a fences itself when
+it thaws."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Liveness is separate (issue 11 case 6, issue 13 "Probe answers ready=false while starting").
+"""Liveness is separate from the work, and Probe answers ready=false while the driver starts.
 
 On a real server: 32 unary calls whose request body never arrives (each holds an RPC worker in
 grpcio) and a sqlite writer lock held by another process on state.db must leave Probe and the

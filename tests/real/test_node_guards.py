@@ -1,6 +1,7 @@
-"""Node guards on real loop devices (issue 11, cases 8, 11 and 13): mount flags that change the
-mount source, foreign mounts at the staging path, the lease and the grant's access type. CO paths
-that are symlinks or name the driver's own directories (case 12): tests/real/test_path_guards.py."""
+"""Node guards on real loop devices: mount flags that change the mount source, foreign mounts at
+the staging path, a repeated NodeStage that asks for something else, the lease and the grant's
+access type. CO paths that are symlinks or name the driver's own directories:
+tests/real/test_path_guards.py."""
 
 from __future__ import annotations
 
@@ -31,10 +32,10 @@ def _backing(workdir: Path, volume_id: str) -> Path:
     return workdir / "drv-state" / "pool" / "volumes" / f"{volume_id}.img"
 
 
-# ----- case 8: options that change the mount source; foreign mounts at the staging path -----
+# ----- options that change the mount source; foreign mounts at the staging path -----
 
 
-def test_case8_loop_flag_is_refused_at_stage(driver: Client, workdir: Path) -> None:
+def test_loop_flag_is_refused_at_stage(driver: Client, workdir: Path) -> None:
     cap = h.mount_cap("ext4")
     vol = h.create(driver, "loopflag", cap)
     ctx = h.publish(driver, vol.volume_id, "node-a", cap)
@@ -53,7 +54,7 @@ def test_case8_loop_flag_is_refused_at_stage(driver: Client, workdir: Path) -> N
         assert not h.mounted(staging)
 
 
-def test_case8_source_flags_are_refused_at_publish(driver: Client, workdir: Path) -> None:
+def test_source_flags_are_refused_at_publish(driver: Client, workdir: Path) -> None:
     cap = h.mount_cap("ext4")
     vol = h.create(driver, "bindflag", cap)
     ctx = h.publish(driver, vol.volume_id, "node-a", cap)
@@ -72,7 +73,7 @@ def test_case8_source_flags_are_refused_at_publish(driver: Client, workdir: Path
     assert not h.mounted(target)
 
 
-def test_case8_unstage_refuses_while_a_foreign_mount_sits_on_staging(
+def test_unstage_refuses_while_a_foreign_mount_sits_on_staging(
     driver: Client, workdir: Path
 ) -> None:
     cap = h.mount_cap("ext4")
@@ -94,12 +95,10 @@ def test_case8_unstage_refuses_while_a_foreign_mount_sits_on_staging(
     assert not h.mounted(staging)
 
 
-# ----- case 13: a repeated NodeStage that asks for something else is ALREADY_EXISTS -----
+# ----- a repeated NodeStage that asks for something else is ALREADY_EXISTS -----
 
 
-def test_case13_restage_with_other_flags_or_fs_is_already_exists(
-    driver: Client, workdir: Path
-) -> None:
+def test_restage_with_other_flags_or_fs_is_already_exists(driver: Client, workdir: Path) -> None:
     cap = h.mount_cap("ext4")
     vol = h.create(driver, "restage", cap)
     ctx = h.publish(driver, vol.volume_id, "node-a", cap)
@@ -111,10 +110,10 @@ def test_case13_restage_with_other_flags_or_fs_is_already_exists(
     h.unstage(driver, vol.volume_id, staging)
 
 
-# ----- case 11: the lease at NodePublish, the grant's access type at NodeStage -----
+# ----- the lease at NodePublish, the grant's access type at NodeStage -----
 
 
-def test_case11_publish_after_revocation_is_refused(driver: Client, workdir: Path) -> None:
+def test_publish_after_revocation_is_refused(driver: Client, workdir: Path) -> None:
     cap = h.mount_cap("ext4")
     vol = h.create(driver, "revoked", cap)
     ctx = h.publish(driver, vol.volume_id, "node-a", cap)
@@ -135,7 +134,7 @@ def test_case11_publish_after_revocation_is_refused(driver: Client, workdir: Pat
     h.unstage(driver, vol.volume_id, staging)
 
 
-def test_case11_block_grant_staged_as_filesystem_is_refused(driver: Client, workdir: Path) -> None:
+def test_block_grant_staged_as_filesystem_is_refused(driver: Client, workdir: Path) -> None:
     vol = h.create(driver, "blockgrant", h.block_cap())
     ctx = h.publish(driver, vol.volume_id, "node-a", h.block_cap())
     backing = _backing(workdir, vol.volume_id)
@@ -151,7 +150,7 @@ def test_case11_block_grant_staged_as_filesystem_is_refused(driver: Client, work
 
 
 @needs_fs("xfs")
-def test_case11_clones_and_restores_keep_the_source_kind(driver: Client, workdir: Path) -> None:
+def test_clones_and_restores_keep_the_source_kind(driver: Client, workdir: Path) -> None:
     from csi_hostpath._pb import csi_pb2 as pb
 
     block = h.create(driver, "src-block", h.block_cap())

@@ -1,4 +1,4 @@
-"""Issue 11 case 2 and issue 12's reconcile defect, on real devices: a node plugin that starts
+"""A node plugin on lost state, on real devices: a node plugin that starts
 without its records, or with a leftover it can't take down, never tears down a running pod's
 mounts, and always starts and serves."""
 

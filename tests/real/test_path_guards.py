@@ -1,4 +1,4 @@
-"""Path guards on real loop devices and mounts (issue 11 case 12).
+"""Path guards on real loop devices and mounts: a CO's path is judged by what it resolves to.
 
 The guards used to compare strings: a symlink to the driver's own directories passed as a staging
 path, a dangling symlink at a block target made the file it points to, and NodeUnpublish took any
@@ -30,7 +30,7 @@ def _staged(
     return vol.volume_id, staging, ctx
 
 
-def test_case12_driver_dirs_their_ancestors_and_symlinks_to_them_are_refused(
+def test_driver_dirs_their_ancestors_and_symlinks_to_them_are_refused(
     driver: Client, workdir: Path
 ) -> None:
     """Failed on the old code: a symlink to the state directory was staged (an ext4 mounted over
@@ -68,9 +68,7 @@ def test_case12_driver_dirs_their_ancestors_and_symlinks_to_them_are_refused(
     assert not (state / "globalmount").exists()
 
 
-def test_case12_dangling_symlink_as_block_target_creates_nothing(
-    driver: Client, workdir: Path
-) -> None:
+def test_dangling_symlink_as_block_target_creates_nothing(driver: Client, workdir: Path) -> None:
     """Failed on the old code: NodePublish followed the link, created the file it names, bound
     the device there and answered OK."""
     cap = h.block_cap()
@@ -94,7 +92,7 @@ def test_case12_dangling_symlink_as_block_target_creates_nothing(
     h.unstage(driver, volume_id, staging)
 
 
-def test_case12_unpublish_leaves_a_foreign_mount_whose_root_is_named_like_the_device(
+def test_unpublish_leaves_a_foreign_mount_whose_root_is_named_like_the_device(
     driver: Client, workdir: Path
 ) -> None:
     """A tmpfs directory named `loopN` (N the volume's own device) bound at a target: its
@@ -132,9 +130,7 @@ def test_case12_unpublish_leaves_a_foreign_mount_whose_root_is_named_like_the_de
     h.unstage(driver, volume_id, staging)
 
 
-def test_case12_teardown_never_follows_a_symlink_to_another_target(
-    driver: Client, workdir: Path
-) -> None:
+def test_teardown_never_follows_a_symlink_to_another_target(driver: Client, workdir: Path) -> None:
     """A symlink to the volume's real target, handed to NodeUnpublish, and one to its real
     staging path, handed to NodeUnstage: nothing of the volume's is mounted *at* either link, so
     both answer OK and touch nothing. Failed on the old code: NodeUnpublish resolved the link and

@@ -1,4 +1,4 @@
-"""The pool is the truth; sqlite is an index (issue 11, case 1).
+"""The pool is the truth; sqlite is an index.
 
 A controller that starts on an empty, truncated or mistyped state directory must keep every
 backing file, list the volumes again, and restore from the old snapshots. An unknown file is

@@ -1,4 +1,4 @@
-"""Issue 14, on real parts: a pool on its own small tmpfs, loop devices, mkfs, mounts.
+"""Honest thin capacity on real parts: a pool on its own small tmpfs, loop devices, mkfs, mounts.
 
 - GetCapacity on a real pool says what the pool can still promise, and CreateVolume keeps to it.
 - mkfs leaves the backing file sparse (no discard-then-allocate), and a trim inside a mounted

@@ -495,7 +495,7 @@ def test_block_device_bind(env: Env) -> None:
     assert entry is not None
     assert entry.root.endswith("/" + os.path.basename(device.path))
     assert env.system.devices.is_node(str(target), device.path)
-    # A directory that merely has the device's name is not the device (issue 11 case 12).
+    # A directory that merely has the device's name is not the device.
     lookalike = env.dir(os.path.basename(device.path))
     other = env.dir("other-target")
     env.system.mounts.bind(lookalike, other, read_only=False)

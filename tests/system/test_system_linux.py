@@ -129,7 +129,7 @@ def _count_loop_scans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def test_find_and_attach_scan_no_loop_devices(
     real_loop: LinuxLoop, work_dir: Path, tag_prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Issue 16: every NodeStage used to scan every loop device on the host twice (a miss in
+    # Every NodeStage used to scan every loop device on the host twice (a miss in
     # find, then again in attach under the process-wide lock), so its cost grew with what the
     # neighbours held. After the start's one scan, a find or an attach asks only its own device.
     first = real_loop.attach(_sparse(work_dir, "first"), tag_prefix + "first")
@@ -161,7 +161,7 @@ def test_the_start_scans_loop_devices_once(
 def test_find_asks_the_kernel_for_one_mount(
     real_loop: LinuxLoop, work_dir: Path, tag_prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Issue 16: find read and split all of /proc/self/mountinfo for every lookup, so a node
+    # find read and split all of /proc/self/mountinfo for every lookup, so a node
     # call's cost grew with the mounts on the node. Now statx + statmount answer for one mount,
     # and must give exactly what the mountinfo line gives, for every kind of mount the driver
     # makes: a filesystem with per-mount flags, a read-only bind, a block device bound on a file,
@@ -201,7 +201,7 @@ def test_find_asks_the_kernel_for_one_mount(
 def test_without_statmount_an_rpc_reads_mountinfo_once(
     real_loop: LinuxLoop, work_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Issue 16: where the kernel has no statmount (Linux < 6.8), every lookup of an RPC shares
+    # Where the kernel has no statmount (Linux < 6.8), every lookup of an RPC shares
     # one parse of /proc/self/mountinfo, and a mount or unmount through LinuxMounts drops it.
     def unsupported(path: str) -> None:
         raise linux_statmount.Unsupported("no statmount (simulated)")

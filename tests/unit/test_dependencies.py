@@ -1,4 +1,4 @@
-"""Issue 12: every runtime dependency declared in pyproject.toml is imported by the package (a
+"""Every runtime dependency declared in pyproject.toml is imported by the package (a
 dependency nothing uses leaves pyproject.toml and the Dockerfile)."""
 
 from __future__ import annotations

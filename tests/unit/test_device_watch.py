@@ -1,4 +1,4 @@
-"""Issue 12: a loop device detached behind the driver's back shows as abnormal at once (the
+"""A loop device detached behind the driver's back shows as abnormal at once (the
 kernel's uevent, Loop.watch), in the log, the heartbeat and inspect's health row; the driver's own
 detach at unstage does not. On the fake kernel (no root); the real twin is
 tests/real/test_device_watch.py."""
@@ -64,7 +64,7 @@ def test_the_drivers_own_unstage_is_not_abnormal(
 def test_a_uevent_looks_only_at_its_device_and_holds_no_healthy_volume(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Issue 16: every uevent on the host (each NodeStage and NodeUnstage sends two) read every
+    # Every uevent on the host (each NodeStage and NodeUnstage sends two) read every
     # staging of the node, and held each matching volume's guard while it looked, so a CO call
     # arriving then was refused ABORTED ("device check"; make bench's lifecycle hit it).
     store = Store(tmp_path / "state.db")

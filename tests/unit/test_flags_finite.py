@@ -1,4 +1,4 @@
-"""Issue 11 case 9: safety flags must be finite numbers. `nan` compares false with everything, so
+"""Safety flags must be finite numbers. `nan` compares false with everything, so
 `age < nan` said "the node is gone" for a live node, and `--heartbeat-interval nan` spun a loop."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 11 case 7 on the fake kernel (no root): a volume whose filesystem counted failed writes
+"""On the fake kernel (no root): a volume whose filesystem counted failed writes
 is abnormal in NodeGetVolumeStats at once, and in ControllerGetVolume and ListVolumes after the
 node's next fence pass reports it in its heartbeat; a volume without errors stays normal."""
 

@@ -1,4 +1,4 @@
-"""Issue 12: reconcile repairs item by item. A step that fails at start is logged with its
+"""Reconcile repairs item by item. A step that fails at start is logged with its
 reason, the plugin starts and serves, and the agent retries the step until it succeeds."""
 
 from __future__ import annotations

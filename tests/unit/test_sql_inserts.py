@@ -1,5 +1,5 @@
 """Every INSERT in the package names its columns, so a column added by a migration never shifts
-a value into the wrong place (issue 12). The one positional INSERT left
+a value into the wrong place. The one positional INSERT left
 (store/backing/adopt.py, a restored hold) failed this test on the old code."""
 
 from __future__ import annotations
