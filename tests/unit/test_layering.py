@@ -46,37 +46,50 @@ def _modules(root: Path) -> Iterator[tuple[str, Path]]:
         yield ".".join(rel.with_suffix("").parts), path
 
 
-def _imports(path: Path, package: str) -> Iterator[str]:
-    """Every module the file imports, absolute; the package's own names without its prefix."""
+def _imports(root: Path, path: Path, package: str) -> Iterator[str]:
+    """Every module the file imports, absolute; the package's own names without its prefix.
+    `from pkg.x import y` imports pkg.x.y when y is a module or a package of the tree (so
+    `from pkg.service import controller` is service.controller's), else pkg.x."""
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         names: list[str] = []
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            # `from pkg import doctor` imports pkg.doctor; `from pkg.api import status` is api's.
-            names = (
-                [f"{package}.{alias.name}" for alias in node.names]
-                if node.module == package
-                else [node.module]
-            )
+            names = [
+                f"{node.module}.{alias.name}"
+                if _in_tree(root, package, f"{node.module}.{alias.name}")
+                else node.module
+                for alias in node.names
+            ]
         for name in names:
             yield name[len(package) + 1 :] if name.startswith(package + ".") else name
+
+
+def _in_tree(root: Path, package: str, dotted: str) -> bool:
+    """Is the package's dotted name one of its modules or packages?"""
+    if not dotted.startswith(package + "."):
+        return False
+    path = root.joinpath(*dotted.split(".")[1:])
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 def _within(module: str, layer: str) -> bool:
     return module == layer or module.startswith(layer + ".")
 
 
-def _service_package(module: str) -> str:
-    """service.node.x -> service.node; service.guard -> service (the shared root)."""
+def _service_package(root: Path, module: str) -> str:
+    """service.node.x and service.node itself -> service.node (a package under service/);
+    service.guard -> service (a module of the shared root)."""
     parts = module.split(".")
-    return ".".join(parts[:2]) if len(parts) > 2 else "service"
+    if len(parts) >= 2 and (root / "service" / parts[1] / "__init__.py").is_file():
+        return ".".join(parts[:2])
+    return "service"
 
 
 def layer_violations(root: Path, package: str = "csi_hostpath") -> list[str]:
     found = []
     for module, path in _modules(root):
-        for imported in set(_imports(path, package)):
+        for imported in set(_imports(root, path, package)):
             ours = not imported.startswith(package) and (root / imported.split(".")[0]).exists()
             if _within(module, "core"):
                 top = imported.split(".")[0]
@@ -92,7 +105,7 @@ def layer_violations(root: Path, package: str = "csi_hostpath") -> list[str]:
             if below_api and _within(imported, "service"):
                 found.append(f"{module} imports {imported}: service/ is above it")
             if _within(module, "service") and _within(imported, "service"):
-                mine, theirs = _service_package(module), _service_package(imported)
+                mine, theirs = _service_package(root, module), _service_package(root, imported)
                 if theirs not in ("service", mine):
                     found.append(f"{module} ({mine}) imports {imported}, another service package")
     return found
@@ -112,7 +125,7 @@ def sql_violations(root: Path, package: str = "csi_hostpath") -> list[str]:
             and node.body
             and isinstance(node.body[0], ast.Expr)
         }
-        if "sqlite3" in {name.split(".")[0] for name in _imports(path, package)}:
+        if "sqlite3" in {name.split(".")[0] for name in _imports(root, path, package)}:
             found.append(f"{module} imports sqlite3")
         for node in ast.walk(tree):
             if (
@@ -167,6 +180,18 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
             "from pkg.service.node.agent import NodeAgent\n",
             "another service package",
         ),
+        # Through the other package's __init__, in each spelling of the import.
+        (
+            "service/node/stage.py",
+            "from pkg.service.controller import ControllerService\n",
+            "another service package",
+        ),
+        (
+            "service/node/stage.py",
+            "from pkg.service import controller\n",
+            "another service package",
+        ),
+        ("service/node/stage.py", "import pkg.service.controller\n", "another service package"),
     ],
 )
 def test_each_layer_rule_finds_a_deliberate_violation(
