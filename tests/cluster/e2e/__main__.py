@@ -1,0 +1,5 @@
+import sys
+
+from tests.cluster.e2e.runner import main
+
+sys.exit(main())

@@ -1,0 +1,134 @@
+"""The driver installed as a user installs it: the snapshot CRDs and snapshot-controller of the
+pinned external-snapshotter, then `helm install` of charts/csi-hostpath with the real helm, in
+either pool shape; and `helm uninstall`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from tests.cluster.e2e.context import DRIVER, Ctx, log
+from tests.cluster.e2e.kube import Failed, Kube, until
+
+# The local shape's pool: a directory of each node's own (/var/lib/csi-hostpath is the node's, in
+# the cluster from binaries and in a kind node alike), beside the shared one.
+LOCAL_POOL = "/var/lib/csi-hostpath/local-pool"
+SHAPE_VALUES = {
+    "shared": [],
+    "local": ["--set", "pool.scope=local", "--set", f"pool.hostPath={LOCAL_POOL}"],
+}
+# Group snapshots are off by default in external-snapshotter v8.6.0's snapshot-controller.
+GROUP_GATE = "--feature-gates=CSIVolumeGroupSnapshot=true"
+
+
+class Installer:
+    def __init__(
+        self, kube: Kube, helm: str, chart: Path, release: str, namespace: str, extra: list[str]
+    ) -> None:
+        self.kube = kube
+        self.helm_path = helm
+        self.chart = chart
+        self.release = release
+        self.namespace = namespace
+        self.extra = extra
+        self.shape = ""
+
+    def helm(self, *args: str, timeout: float = 600) -> str:
+        done = subprocess.run(
+            [self.helm_path, "--kubeconfig", str(self.kube.kubeconfig), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+        if done.returncode != 0:
+            raise Failed(f"helm {args[0]} failed: {(done.stderr or done.stdout).strip()[-500:]}")
+        return done.stdout
+
+    def snapshot_support(self, crds: Path, controller: Path) -> None:
+        log(f"snapshot CRDs from {crds}, snapshot-controller from {controller}")
+        # Server-side: the CRDs are too big for the last-applied annotation.
+        self.kube.kubectl("apply", "--server-side", "-f", str(crds))
+        until(
+            "the snapshot APIs served",
+            lambda: "snapshot.storage.k8s.io/v1" in self.kube.kubectl("api-versions"),
+            60,
+        )
+        how = "-k" if (controller / "kustomization.yaml").exists() else "-f"
+        self.kube.kubectl("apply", how, str(controller))
+        deploy = self.kube.get("apps/v1", "Deployment", "snapshot-controller", "kube-system")
+        if deploy is None:
+            raise Failed(
+                "no snapshot-controller Deployment in kube-system after applying its manifests"
+            )
+        args = deploy["spec"]["template"]["spec"]["containers"][0].get("args") or []
+        if GROUP_GATE not in args:
+            patch = [
+                {
+                    "op": "add",
+                    "path": "/spec/template/spec/containers/0/args/-",
+                    "value": GROUP_GATE,
+                }
+            ]
+            self.kube.kubectl(
+                "-n",
+                "kube-system",
+                "patch",
+                "deployment",
+                "snapshot-controller",
+                "--type=json",
+                "-p",
+                json.dumps(patch),
+            )
+        self.kube.kubectl(
+            "-n",
+            "kube-system",
+            "rollout",
+            "status",
+            "deployment/snapshot-controller",
+            "--timeout=180s",
+            timeout=200,
+        )
+
+    def install(self, shape: str, workers: list[str]) -> None:
+        log(f"helm install {self.release} {self.chart} ({shape} pool)")
+        self.helm(
+            "install",
+            self.release,
+            str(self.chart),
+            "--namespace",
+            self.namespace,
+            "--create-namespace",
+            "--wait",
+            "--timeout",
+            "5m",
+            *SHAPE_VALUES[shape],
+            *self.extra,
+        )
+        self.shape = shape
+
+        def registered() -> bool:
+            for w in workers:
+                node = self.kube.get("storage.k8s.io/v1", "CSINode", w) or {}
+                if DRIVER not in [
+                    d.get("name") for d in (node.get("spec") or {}).get("drivers") or []
+                ]:
+                    return False
+            return True
+
+        until("every worker's CSINode lists the driver", registered, 120, 2)
+
+    def uninstall(self, ctx: Ctx) -> None:
+        log(f"helm uninstall {self.release}")
+        self.helm(
+            "uninstall", self.release, "--namespace", self.namespace, "--wait", "--timeout", "3m"
+        )
+        self.shape = ""
+        until(
+            "the release's pods gone",
+            lambda: not ctx.driver_pods("controller") and not ctx.driver_pods("node"),
+            180,
+            2,
+        )

@@ -1,0 +1,151 @@
+"""`make cluster-e2e` checked offline (no root, no cluster): its table, its arguments, its registry
+of experiments, the manifests it applies (valid Kubernetes 1.35, strictly), its waits, and that a
+run which can't reach its cluster prints every experiment as not reached and exits 1."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.chart.chart_tool import validate
+from tests.cluster.e2e import context, runner
+from tests.cluster.e2e.kube import Failed, holds, until
+from tests.cluster.e2e.table import Result, all_passed, render
+
+
+def test_table_rows_in_letter_order_with_seconds_and_first_line_of_detail() -> None:
+    results = [
+        Result("c", "third", "FAILED", 12.4, "timed out waiting for x\nmore"),
+        Result("a", "first", "passed", 3.6),
+        Result("b", "second", "skipped", 0.0, "not reached: boom"),
+    ]
+    lines = render(results).splitlines()
+    assert lines[0].split() == ["exp", "experiment", "result", "seconds", "detail"]
+    assert [line.split()[0] for line in lines[2:5]] == ["a", "b", "c"]
+    assert lines[2].split()[1:4] == ["first", "passed", "4"]
+    assert lines[4].endswith("timed out waiting for x")
+    assert "more" not in render(results)
+    # The seconds column is right-aligned: its last digit under the header's last letter.
+    assert lines[0].index("seconds") + len("seconds") - 1 == lines[4].index("12") + 1
+    assert lines[-1] == "1 passed, 1 failed, 1 skipped; 16 s"
+
+
+def test_only_a_run_where_every_experiment_passed_passes() -> None:
+    ok = Result("a", "t", "passed", 1.0)
+    assert all_passed([ok])
+    assert not all_passed([])
+    assert not all_passed([ok, Result("b", "t", "skipped", 0.0)])
+    assert not all_passed([ok, Result("b", "t", "FAILED", 0.0)])
+
+
+def test_every_experiment_a_to_l_is_registered_once_in_its_shape() -> None:
+    assert sorted(context.REGISTRY) == list("abcdefghijkl")
+    assert sorted(runner.ORDER) == list("abcdefghijkl")
+    assert context.REGISTRY["j"].shape == "local"
+    assert {e.shape for k, e in context.REGISTRY.items() if k != "j"} == {"shared"}
+    with pytest.raises(ValueError, match="twice"):
+        context.experiment("a", "again")(lambda ctx: None)
+
+
+def test_the_order_keeps_the_disruptive_ones_last() -> None:
+    order = runner.ORDER
+    # The lost node after everything that needs both nodes; the uninstall after every shared
+    # experiment; the local shape, which needs its own install, at the end.
+    assert order.index("e") > max(order.index(x) for x in "abcdfghik")
+    assert order.index("l") > order.index("e")
+    assert order[-1] == "j"
+
+
+def test_arguments_select_validate_and_imply() -> None:
+    args = runner.parse_args(["--only", "jea"])
+    assert runner.selected(args) == ["a", "e", "j"]
+    args = runner.parse_args(["--skip", "ej"])
+    assert runner.selected(args) == [x for x in runner.ORDER if x not in "ej"]
+    args = runner.parse_args(["--kind", "--kubeconfig", "/k"])
+    assert args.no_cluster and args.kubeconfig == Path("/k")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--only", "az"], ["--skip", "1"], ["--no-cluster"], ["--kind"]],
+)
+def test_bad_arguments_exit_2(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    with pytest.raises(SystemExit) as e:
+        runner.parse_args(argv)
+    assert e.value.code == 2
+
+
+def test_no_cluster_takes_kubeconfig_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBECONFIG", "/from/env")
+    assert runner.parse_args(["--no-cluster"]).kubeconfig == Path("/from/env")
+
+
+def test_a_run_that_cannot_reach_its_cluster_lists_all_as_not_reached_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "no-such-kubeconfig"
+    code = runner.main(["--no-cluster", "--kubeconfig", str(missing), "--only", "ab"])
+    out = capsys.readouterr().out
+    assert code == 1
+    rows = [
+        line.split()[:1] + [w for w in line.split() if w == "skipped"]
+        for line in out.splitlines()[2:4]
+    ]
+    assert rows == [["a", "skipped"], ["b", "skipped"]]
+    assert "not reached" in out
+
+
+def test_list_prints_every_experiment_and_touches_nothing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert runner.main(["--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line[0] for line in lines] == list("abcdefghijkl")
+
+
+def test_the_manifests_it_applies_are_valid_kubernetes() -> None:
+    objs = [
+        context.pvc("p", "ns"),
+        context.pvc("p", "ns", modes=("ReadWriteOncePod",), volumeAttributesClassName="x"),
+        context.pvc("p", "ns", dataSource={"kind": "PersistentVolumeClaim", "name": "src"}),
+        context.pod("w", "ns", "p", "sleep 1", node="n1"),
+        context.pod(
+            "w",
+            "ns",
+            "p",
+            "sleep 1",
+            volumes=[{"name": "s", "secret": {"secretName": "x"}}],
+            mounts=[{"name": "s", "mountPath": "/s"}],
+        ),
+    ]
+    for obj in objs:
+        validate(obj)
+    assert objs[3]["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "n1"}
+    assert "nodeSelector" not in objs[4]["spec"]
+
+
+def test_until_returns_the_value_or_names_what_it_waited_for() -> None:
+    seen = iter([None, False, "there"])
+    assert until("x", lambda: next(seen), 5, interval=0.01) == "there"
+    with pytest.raises(Failed, match="timed out after 0 s waiting for the thing"):
+        until("the thing", lambda: None, 0.05, interval=0.01)
+
+
+def test_until_reports_the_probes_last_error() -> None:
+    def broken() -> None:
+        raise Failed("claim not found")
+
+    with pytest.raises(Failed, match=r"\(claim not found\)"):
+        until("a claim", broken, 0.05, interval=0.01)
+
+
+def test_holds_fails_as_soon_as_the_condition_stops() -> None:
+    flips = iter([True, True, False])
+    start = time.monotonic()
+    with pytest.raises(Failed, match="expected it to hold"):
+        holds("it", lambda: next(flips), 30, interval=0.01)
+    assert time.monotonic() - start < 5
+    holds("always", lambda: True, 0.05, interval=0.01)
