@@ -11,13 +11,19 @@ from pathlib import Path
 from tests.cluster.e2e.context import DRIVER, Ctx, log
 from tests.cluster.e2e.kube import Failed, Kube, until
 
-# The local shape's pool: a directory of each node's own (/var/lib/csi-hostpath is the node's, in
-# the cluster from binaries and in a kind node alike), beside the shared one.
+# The local shape's pool and state: directories of each node's own (/var/lib/csi-hostpath is the
+# node's, in the cluster from binaries and in a kind node alike), beside the shared shape's, which
+# the same run used before.
 LOCAL_POOL = "/var/lib/csi-hostpath/local-pool"
+LOCAL_STATE = "/var/lib/csi-hostpath/local-node"
 SHAPE_VALUES = {
     "shared": [],
-    "local": ["--set", "pool.scope=local", "--set", f"pool.hostPath={LOCAL_POOL}"],
-}
+    "local": [
+        "--set", "pool.scope=local",
+        "--set", f"pool.hostPath={LOCAL_POOL}",
+        "--set", f"node.stateHostPath={LOCAL_STATE}",
+    ],
+}  # fmt: skip
 # Group snapshots are off by default in external-snapshotter v8.6.0's snapshot-controller.
 GROUP_GATE = "--feature-gates=CSIVolumeGroupSnapshot=true"
 
@@ -57,31 +63,23 @@ class Installer:
             60,
         )
         how = "-k" if (controller / "kustomization.yaml").exists() else "-f"
-        self.kube.kubectl("apply", how, str(controller))
+        self.kube.kubectl("-n", "kube-system", "apply", how, str(controller))
         deploy = self.kube.get("apps/v1", "Deployment", "snapshot-controller", "kube-system")
         if deploy is None:
-            raise Failed(
-                "no snapshot-controller Deployment in kube-system after applying its manifests"
-            )
-        args = deploy["spec"]["template"]["spec"]["containers"][0].get("args") or []
-        if GROUP_GATE not in args:
-            patch = [
-                {
-                    "op": "add",
-                    "path": "/spec/template/spec/containers/0/args/-",
-                    "value": GROUP_GATE,
-                }
-            ]
-            self.kube.kubectl(
-                "-n",
-                "kube-system",
-                "patch",
-                "deployment",
-                "snapshot-controller",
-                "--type=json",
-                "-p",
-                json.dumps(patch),
-            )
+            raise Failed("no snapshot-controller Deployment in kube-system from its manifests")
+        container = "/spec/template/spec/containers/0"
+        # The image is loaded, never pulled (no registry), and group snapshots need the gate.
+        patch: list[dict[str, str]] = [
+            {"op": "add", "path": f"{container}/imagePullPolicy", "value": "IfNotPresent"}
+        ]
+        if GROUP_GATE not in (
+            deploy["spec"]["template"]["spec"]["containers"][0].get("args") or []
+        ):
+            patch.append({"op": "add", "path": f"{container}/args/-", "value": GROUP_GATE})
+        self.kube.kubectl(
+            "-n", "kube-system", "patch", "deployment", "snapshot-controller",
+            "--type=json", "-p", json.dumps(patch),
+        )  # fmt: skip
         self.kube.kubectl(
             "-n",
             "kube-system",
