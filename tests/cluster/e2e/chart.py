@@ -39,6 +39,7 @@ class Installer:
         self.namespace = namespace
         self.extra = extra
         self.shape = ""
+        self.snapshot_controller_image = "registry.k8s.io/sig-storage/snapshot-controller:v8.6.0"
 
     def helm(self, *args: str, timeout: float = 600) -> str:
         done = subprocess.run(
@@ -69,8 +70,11 @@ class Installer:
             raise Failed("no snapshot-controller Deployment in kube-system from its manifests")
         container = "/spec/template/spec/containers/0"
         # The image is loaded, never pulled (no registry), and group snapshots need the gate.
+        # external-snapshotter v8.6.0's manifests still name the v8.5.0 image: the controller is
+        # the one of the pinned release, whose image tools/cluster/images.sh makes.
         patch: list[dict[str, str]] = [
-            {"op": "add", "path": f"{container}/imagePullPolicy", "value": "IfNotPresent"}
+            {"op": "add", "path": f"{container}/imagePullPolicy", "value": "IfNotPresent"},
+            {"op": "add", "path": f"{container}/image", "value": self.snapshot_controller_image},
         ]
         if GROUP_GATE not in (
             deploy["spec"]["template"]["spec"]["containers"][0].get("args") or []
