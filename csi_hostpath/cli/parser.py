@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import math
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,34 +33,30 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _positive_size(text: str) -> int:
-    size = _size(text)
-    if size <= 0:
-        raise argparse.ArgumentTypeError(f"must be a size > 0, got {text!r}")
-    return size
+def _checked(
+    name: str, convert: Callable[[str], Any], ok: Callable[[Any], bool], what: str
+) -> Callable[[str], Any]:
+    """An argparse type: convert the text, then refuse a value that is not `what`. The name is
+    the one argparse shows when the conversion itself fails ("invalid _positive_int value")."""
+
+    def parse(text: str) -> Any:
+        value = convert(text)
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        return value
+
+    parse.__name__ = name
+    return parse
 
 
-def _positive_float(text: str) -> float:
-    value = float(text)
-    # nan compares false with everything, so `nan <= 0` lets it through and every later
-    # `age < grace` check silently says no; inf makes a loop that never wakes.
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be an integer > 0, got {text!r}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be >= 0")
-    return value
+_positive_size = _checked("_positive_size", _size, lambda v: v > 0, "a size > 0")
+# nan compares false with everything, so `nan <= 0` lets it through and every later
+# `age < grace` check silently says no; inf makes a loop that never wakes.
+_positive_float = _checked(
+    "_positive_float", float, lambda v: math.isfinite(v) and v > 0, "a finite number > 0"
+)
+_positive_int = _checked("_positive_int", int, lambda v: v > 0, "an integer > 0")
+_non_negative_int = _checked("_non_negative_int", int, lambda v: v >= 0, ">= 0")
 
 
 def _add_state_args(p: argparse.ArgumentParser, default: object = None) -> None:

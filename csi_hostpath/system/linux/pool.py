@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from csi_hostpath.system.base import NoSpace
@@ -67,21 +69,8 @@ class LinuxPool:
             )
         # Built under a temporary name and renamed, so a crash never leaves a file of the wrong
         # size under the real name (which the next create would refuse).
-        tmp = _tmp_path(path)
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-            try:
-                os.ftruncate(fd, size_bytes)
-                self._sync(fd)
-            finally:
-                os.close(fd)
-            os.rename(tmp, path)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            if _is_no_space(exc):
-                raise NoSpace(f"cannot create {path} of {size_bytes} bytes: {exc}") from exc
-            raise
-        self._sync_dir(path.parent)
+        with self._new_file(path, f"create {path} of {size_bytes} bytes") as fd:
+            os.ftruncate(fd, size_bytes)
 
     def remove(self, path: Path) -> None:
         try:
@@ -118,24 +107,33 @@ class LinuxPool:
             os.close(fd)
 
     def copy_sparse(self, source: Path, dest: Path) -> None:
-        tmp = _tmp_path(dest)
         src = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            dst = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-            try:
+            with self._new_file(dest, f"copy {source} to {dest}") as dst:
                 _copy_fd_sparse(src, dst)
-                self._sync(dst)
+        finally:
+            os.close(src)
+
+    @contextmanager
+    def _new_file(self, path: Path, what: str) -> Iterator[int]:
+        """The fd of a new file under a temporary name beside path, to fill in the block; then
+        synced and renamed to path. On an error the temporary file is removed, and a full disk
+        is NoSpace ("cannot <what>")."""
+        tmp = _tmp_path(path)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                yield fd
+                self._sync(fd)
             finally:
-                os.close(dst)
-            os.rename(tmp, dest)
+                os.close(fd)
+            os.rename(tmp, path)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             if _is_no_space(exc):
-                raise NoSpace(f"cannot copy {source} to {dest}: {exc}") from exc
+                raise NoSpace(f"cannot {what}: {exc}") from exc
             raise
-        finally:
-            os.close(src)
-        self._sync_dir(dest.parent)
+        self._sync_dir(path.parent)
 
     def free_bytes(self) -> int:
         return statvfs_stats(str(self._root)).available_bytes
