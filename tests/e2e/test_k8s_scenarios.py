@@ -29,8 +29,8 @@ from tests.e2e.harness import TOPOLOGY_KEY, Cluster, Node
 from tests.e2e.harness import Pod as PodPaths
 from tests.e2e.k8s.adc import MAX_WAIT_FOR_UNMOUNT
 from tests.e2e.k8s.clock import SimClock
-from tests.e2e.k8s.objects import OUT_OF_SERVICE, Api
-from tests.e2e.k8s.provisioner import Claim, ExternalProvisioner
+from tests.e2e.k8s.objects import OUT_OF_SERVICE, Api, Claim
+from tests.e2e.k8s.provisioner import ExternalProvisioner
 from tests.e2e.k8s.world import World
 from tests.kernel import loops_backed_under
 from tests.processes import wait_for
@@ -51,7 +51,7 @@ def _mounted(world: World, node: str, uid: str) -> bool:
 
 def _start(world: World, uid: str, node: str) -> bytes:
     """Provision the claim and run pod web-0 on node; it writes and syncs 4 MiB."""
-    world.provisioner.claim(Claim(PVC, h.mount_cap("ext4"), 64 * h.MiB))
+    world.provisioner.claim(Claim(PVC, 64 * h.MiB, cap=h.mount_cap("ext4")))
     world.run_until(lambda: PVC in world.api.pvs, 30, "provisioning")
     world.api.create_pod("web-0", uid, node, PVC)
     world.run_until(lambda: _mounted(world, node, uid), 60, f"web-0 running on {node}")
@@ -311,7 +311,7 @@ def test_wait_for_first_consumer_in_the_local_shape(
         )
         for name, node in nodes.items()
     }
-    claim = Claim("pvc-wffc", h.mount_cap("ext4"), 32 * h.MiB)
+    claim = Claim("pvc-wffc", 32 * h.MiB, cap=h.mount_cap("ext4"))
     for instance in instances.values():
         instance.claim(claim)  # every instance watches the same claim
 

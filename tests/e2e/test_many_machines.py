@@ -29,8 +29,8 @@ from csi_hostpath.core.naming import snapshot_home
 from tests import helpers as h
 from tests.conftest import Client, DriverProcess
 from tests.e2e.harness import unique_node_id
+from tests.e2e.k8s.objects import Api, Claim, Node
 from tests.e2e.k8s_sched.cluster import ManyMachines
-from tests.e2e.k8s_sched.objects import ApiServer, Claim, Node
 from tests.e2e.k8s_sched.provisioner import CLASS, TOPOLOGY_KEY, NodeProvisioner
 from tests.e2e.k8s_sched.scheduler import ERR_REASON_NOT_ENOUGH_SPACE
 from tests.kernel import is_root
@@ -87,12 +87,12 @@ def machines(spawn: Any, workdir: Path, run_id: str) -> Iterator[dict[str, Machi
 
 @pytest.fixture
 def cluster(machines: dict[str, Machine]) -> ManyMachines:
-    api = ApiServer()
+    api = Api()
     world = ManyMachines(api)
     for m in machines.values():
         # node-driver-registrar reports NodeGetInfo's topology; the kubelet labels the node.
         info = m.client.node.NodeGetInfo(pb.NodeGetInfoRequest())
-        api.nodes[m.node_id] = Node(m.node_id, dict(info.accessible_topology.segments))
+        api.nodes[m.node_id] = Node(m.node_id, labels=dict(info.accessible_topology.segments))
         world.provisioners[m.node_id] = NodeProvisioner(api, m.node_id, m.client)
     world.refresh_capacity()
     return world

@@ -1,5 +1,6 @@
-"""The API objects the components share through the apiserver, reduced to the fields that
-volumes depend on."""
+"""The API objects the modelled components share through the apiserver, reduced to the fields
+that volumes depend on: one set for both models, the attach path (tests/e2e/k8s) and the
+placement of node-local volumes (tests/e2e/k8s_sched)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from csi_hostpath._pb import csi_pb2 as pb
 from tests.e2e.harness import DRIVER_NAME, PV
 
 OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
+SELECTED_NODE = "volume.kubernetes.io/selected-node"  # external-provisioner controller.go
 MULTI_NODE = {
     pb.VolumeCapability.AccessMode.MULTI_NODE_READER_ONLY,
     pb.VolumeCapability.AccessMode.MULTI_NODE_SINGLE_WRITER,
@@ -32,7 +34,8 @@ def multi_attach_allowed(pv: PV) -> bool:
 @dataclass
 class Node:
     name: str
-    node_id: str  # the CSI node ID (CSINode), what ControllerPublishVolume is given
+    node_id: str = ""  # the CSI node ID (CSINode), what ControllerPublishVolume is given
+    labels: dict[str, str] = field(default_factory=dict)  # the topology labels among them
     ready: bool = True
     last_status: float = 0.0  # when the kubelet last posted the node's status
     taints: set[str] = field(default_factory=set)
@@ -63,25 +66,86 @@ class VolumeAttachment:
 
 
 @dataclass
+class Claim:
+    """A PersistentVolumeClaim (and, for placement, the pod that uses it)."""
+
+    name: str
+    size: int
+    storage_class: str = ""
+    cap: pb.VolumeCapability = field(default_factory=pb.VolumeCapability)
+    snapshot_handle: str = ""  # dataSource: a VolumeSnapshot, resolved to its content's handle
+    annotations: dict[str, str] = field(default_factory=dict)
+    # The pod's node affinity (key -> value), as a user writes it for a restore (docs).
+    pod_affinity: dict[str, str] = field(default_factory=dict)
+    volume_name: str = ""  # spec.volumeName once bound
+
+    @property
+    def selected_node(self) -> str:
+        """WaitForFirstConsumer: the scheduler's choice, an annotation on the claim."""
+        return self.annotations.get(SELECTED_NODE, "")
+
+    @selected_node.setter
+    def selected_node(self, node: str) -> None:
+        if node:
+            self.annotations[SELECTED_NODE] = node
+        else:
+            self.annotations.pop(SELECTED_NODE, None)
+
+
+@dataclass
+class PersistentVolume:
+    """A PV as the placement model sees it: its claim and its node affinity."""
+
+    name: str
+    handle: str
+    claim: str
+    node_affinity: list[dict[str, str]]  # one term per accessible topology segment
+
+
+@dataclass
+class StorageCapacity:
+    """storage.k8s.io/v1 CSIStorageCapacity."""
+
+    storage_class: str
+    node_topology: dict[str, str]  # matchLabels
+    capacity: int
+    maximum_volume_size: int | None
+
+
+@dataclass(frozen=True)
 class Event:
-    at: float
-    kind: str
+    reason: str  # FailedAttachVolume, ProvisioningFailed, ...
     message: str
+    kind: str = ""  # of the object it is recorded against: Pod, PersistentVolumeClaim
+    name: str = ""
+    at: float = 0.0
 
 
 @dataclass
 class Api:
+    """The objects, and the events recorded against them."""
+
     nodes: dict[str, Node] = field(default_factory=dict)
     pvs: dict[str, PV] = field(default_factory=dict)
     pods: dict[str, Pod] = field(default_factory=dict)
     vas: dict[str, VolumeAttachment] = field(default_factory=dict)
+    claims: dict[str, Claim] = field(default_factory=dict)
+    volumes: dict[str, PersistentVolume] = field(default_factory=dict)
+    capacities: dict[tuple[str, str], StorageCapacity] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
+    storage_capacity_tracking: bool = True  # CSIDriver spec.storageCapacity
 
-    def event(self, at: float, kind: str, message: str) -> None:
-        self.events.append(Event(at, kind, message))
+    def event(self, at: float, reason: str, message: str) -> None:
+        self.events.append(Event(reason, message, at=at))
 
-    def events_of(self, kind: str) -> list[str]:
-        return [e.message for e in self.events if e.kind == kind]
+    def record(self, kind: str, name: str, reason: str, message: str) -> None:
+        self.events.append(Event(reason, message, kind=kind, name=name))
+
+    def events_of(self, reason: str) -> list[str]:
+        return [e.message for e in self.events if e.reason == reason]
+
+    def events_for(self, name: str) -> list[Event]:
+        return [e for e in self.events if e.name == name]
 
     # ----- what a user does with kubectl -----
     def create_pod(self, name: str, uid: str, node: str, pv: str) -> Pod:

@@ -15,20 +15,11 @@ from csi_hostpath import csi_requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
 from tests.e2e.harness import PV, Node, Plugin
 from tests.e2e.k8s.clock import Backoff, SimClock, workqueue_backoff
-from tests.e2e.k8s.objects import Api
+from tests.e2e.k8s.objects import Api, Claim
 
 C = grpc.StatusCode
 IN_BACKGROUND = {C.CANCELLED, C.DEADLINE_EXCEEDED, C.UNAVAILABLE, C.ABORTED}
 RPC_TIMEOUT = 60.0
-
-
-@dataclass
-class Claim:
-    name: str
-    cap: pb.VolumeCapability
-    size: int
-    # WaitForFirstConsumer: the scheduler's volume.kubernetes.io/selected-node annotation.
-    selected_node: str = ""
 
 
 @dataclass

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tests.e2e.k8s_sched.objects import ApiServer, Claim
+from tests.e2e.k8s.objects import Api, Claim
 from tests.e2e.k8s_sched.provisioner import NodeProvisioner
 from tests.e2e.k8s_sched.scheduler import schedule
 
 
 @dataclass
 class ManyMachines:
-    api: ApiServer
+    api: Api
     provisioners: dict[str, NodeProvisioner] = field(default_factory=dict)
 
     def refresh_capacity(self) -> None:

@@ -29,9 +29,9 @@ from typing import Any
 import grpc
 
 from csi_hostpath._pb import csi_pb2 as pb
-from tests.e2e.k8s_sched.objects import (
+from tests.e2e.k8s.objects import (
     SELECTED_NODE,
-    ApiServer,
+    Api,
     Claim,
     PersistentVolume,
     StorageCapacity,
@@ -52,7 +52,7 @@ def _capability() -> pb.VolumeCapability:
 
 @dataclass
 class NodeProvisioner:
-    api: ApiServer
+    api: Api
     node: str
     client: Any  # the node's own driver (controller service), on its socket
 

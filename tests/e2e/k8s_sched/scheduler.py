@@ -16,7 +16,7 @@ the scheduler's shape: "0/N nodes are available: N node(s) did not have enough f
 
 from __future__ import annotations
 
-from tests.e2e.k8s_sched.objects import SELECTED_NODE, ApiServer, Claim, Node, StorageCapacity
+from tests.e2e.k8s.objects import SELECTED_NODE, Api, Claim, Node, StorageCapacity
 
 ERR_REASON_NOT_ENOUGH_SPACE = "node(s) did not have enough free storage"  # binder.go
 ERR_REASON_NODE_AFFINITY = "node(s) didn't match Pod's node affinity/selector"  # NodeAffinity
@@ -33,7 +33,7 @@ def _node_has_access(node: Node, capacity: StorageCapacity) -> bool:
     return all(node.labels.get(k) == v for k, v in capacity.node_topology.items())
 
 
-def has_enough_capacity(api: ApiServer, claim: Claim, node: Node) -> bool:
+def has_enough_capacity(api: Api, claim: Claim, node: Node) -> bool:
     if not api.storage_capacity_tracking:
         return True  # the driver did not opt in: no capacity check
     return any(
@@ -44,7 +44,7 @@ def has_enough_capacity(api: ApiServer, claim: Claim, node: Node) -> bool:
     )
 
 
-def _published(api: ApiServer, claim: Claim, node: Node) -> int:
+def _published(api: Api, claim: Claim, node: Node) -> int:
     return max(
         (
             _volume_limit(c)
@@ -55,7 +55,7 @@ def _published(api: ApiServer, claim: Claim, node: Node) -> int:
     )
 
 
-def schedule(api: ApiServer, claim: Claim) -> str | None:
+def schedule(api: Api, claim: Claim) -> str | None:
     """One scheduling attempt for the pod of an unbound claim; the chosen node, or None."""
     if claim.volume_name or claim.annotations.get(SELECTED_NODE):
         return claim.annotations.get(SELECTED_NODE)
