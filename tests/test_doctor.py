@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from csi_hostpath.doctor import Finding, diagnose, exit_code, machine, render
-from tests.needs import skip_unless_tools
+from tests.needs import packages, skip_unless_tools
 
 TOOLS = (
     "mkfs.ext4",
@@ -319,3 +319,12 @@ def test_files_in_the_pool_named_like_no_volume_are_reported_and_kept(workdir: P
     assert f"volumes/{volume_id}.img" not in found.detail.replace(".img.bak", "")
     assert "4 file(s)" in found.detail and "rename it back" in found.fix
     assert "pool-strays" in {f.check for f in diagnose(workdir / "d-state", pool)}
+
+
+def test_doctor_names_the_package_tools_system_deps_installs() -> None:
+    """Doctor's fix line and the installer (tools/system-deps.txt) never disagree on a package:
+    the image carries no tools/ folder, so doctor keeps its own table, held to that one here."""
+    table = packages()
+    assert {tool.name: tool.package for tool in machine.TOOLS} == {
+        tool.name: table[tool.name] for tool in machine.TOOLS
+    }
