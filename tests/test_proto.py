@@ -1,4 +1,6 @@
-"""Checks that proto/csi.proto and its stubs keep the CSI v1.12.0 wire contract."""
+"""Checks that proto/csi.proto and its stubs keep the CSI v1.13.0 wire contract, and the v1.12
+VolumeCondition fields and capabilities at their v1.12 numbers (v1.13 reserved them; the COs that
+read them still do)."""
 
 from __future__ import annotations
 
@@ -33,6 +35,8 @@ SERVICES: dict[str, tuple[str, ...]] = {
         "ControllerUnpublishVolume",
         "ValidateVolumeCapabilities",
         "ListVolumes",
+        "ControllerListVolumeHealth",
+        "ControllerGetVolumeHealth",
         "GetCapacity",
         "ControllerGetCapabilities",
         "CreateSnapshot",
@@ -56,6 +60,8 @@ SERVICES: dict[str, tuple[str, ...]] = {
         "NodePublishVolume",
         "NodeUnpublishVolume",
         "NodeGetVolumeStats",
+        "NodeGetVolumeHealth",
+        "NodeGetStorageHealth",
         "NodeExpandVolume",
         "NodeGetCapabilities",
         "NodeGetInfo",
@@ -67,7 +73,8 @@ SERVER_STREAMING = {
     ("csi.v1.SnapshotMetadata", "GetMetadataDelta"),
 }
 
-# (message full name, field name, field number) as defined by the v1.12.0 spec.
+# (message full name, field name, field number) as the v1.13.0 spec defines them (VolumeCondition:
+# v1.12).
 FIELD_NUMBERS: tuple[tuple[str, str, int], ...] = (
     ("csi.v1.CreateVolumeRequest", "name", 1),
     ("csi.v1.CreateVolumeRequest", "capacity_range", 2),
@@ -113,17 +120,43 @@ FIELD_NUMBERS: tuple[tuple[str, str, int], ...] = (
     ("csi.v1.GetMetadataDeltaRequest", "target_snapshot_id", 2),
     ("csi.v1.GetMetadataDeltaRequest", "secrets", 5),
     ("csi.v1.GetMetadataAllocatedResponse", "block_metadata", 3),
+    ("csi.v1.CreateSnapshotRequest", "accessibility_requirements", 5),
+    ("csi.v1.Snapshot", "accessible_topology", 7),
+    ("csi.v1.NodeGetVolumeStatsResponse", "volume_condition", 2),
+    ("csi.v1.ListVolumesResponse.VolumeStatus", "volume_condition", 2),
+    ("csi.v1.ControllerGetVolumeResponse.VolumeStatus", "volume_condition", 2),
+    ("csi.v1.VolumeHealth", "volume_id", 1),
+    ("csi.v1.VolumeHealth", "health_statuses", 2),
+    ("csi.v1.VolumeHealth.VolumeHealthEntry", "status", 1),
+    ("csi.v1.VolumeHealth.VolumeHealthEntry", "reason", 2),
+    ("csi.v1.VolumeHealth.VolumeHealthEntry", "message", 3),
+    ("csi.v1.NodeGetVolumeHealthRequest", "volume_publish_path", 2),
+    ("csi.v1.NodeGetVolumeHealthRequest", "staging_target_path", 3),
+    ("csi.v1.NodeGetStorageHealthResponse.StorageBackendHealth", "volume_capability", 4),
+    ("csi.v1.ControllerListVolumeHealthRequest", "secrets", 3),
 )
 
 # Every enum in the spec file, with its complete value table.
 ENUMS: dict[str, dict[str, int]] = {
     "csi.v1.BlockMetadataType": {"UNKNOWN": 0, "FIXED_LENGTH": 1, "VARIABLE_LENGTH": 2},
+    "csi.v1.VolumeHealthErrorType": {
+        "UNKNOWN_VOLUME_HEALTH_TYPE": 0,
+        "DEGRADED": 1,
+        "INACCESSIBLE": 2,
+        "DATA_LOSS": 3,
+    },
+    "csi.v1.StorageHealthErrorType": {
+        "UNKNOWN_STORAGE_HEALTH_ERROR_TYPE": 0,
+        "STORAGE_DEGRADED": 1,
+        "STORAGE_UNREACHABLE": 2,
+    },
     "csi.v1.PluginCapability.Service.Type": {
         "UNKNOWN": 0,
         "CONTROLLER_SERVICE": 1,
         "VOLUME_ACCESSIBILITY_CONSTRAINTS": 2,
         "GROUP_CONTROLLER_SERVICE": 3,
         "SNAPSHOT_METADATA_SERVICE": 4,
+        "SNAPSHOT_ACCESSIBILITY_CONSTRAINTS": 5,
     },
     "csi.v1.PluginCapability.VolumeExpansion.Type": {"UNKNOWN": 0, "ONLINE": 1, "OFFLINE": 2},
     "csi.v1.VolumeCapability.AccessMode.Mode": {
@@ -153,6 +186,8 @@ ENUMS: dict[str, dict[str, int]] = {
         "SINGLE_NODE_MULTI_WRITER": 13,
         "MODIFY_VOLUME": 14,
         "GET_SNAPSHOT": 15,
+        "GET_VOLUME_HEALTH": 16,
+        "LIST_VOLUME_HEALTH": 17,
     },
     "csi.v1.VolumeUsage.Unit": {"UNKNOWN": 0, "BYTES": 1, "INODES": 2},
     "csi.v1.NodeServiceCapability.RPC.Type": {
@@ -163,6 +198,8 @@ ENUMS: dict[str, dict[str, int]] = {
         "VOLUME_CONDITION": 4,
         "SINGLE_NODE_MULTI_WRITER": 5,
         "VOLUME_MOUNT_GROUP": 6,
+        "GET_VOLUME_HEALTH": 7,
+        "GET_STORAGE_HEALTH": 8,
     },
     "csi.v1.GroupControllerServiceCapability.RPC.Type": {
         "UNKNOWN": 0,
@@ -170,7 +207,8 @@ ENUMS: dict[str, dict[str, int]] = {
     },
 }
 
-# Every message (nested ones included, map entries excluded) in the v1.12.0 spec.
+# Every message (nested ones included, map entries excluded) in the v1.13.0 spec, and the v1.12
+# VolumeCondition.
 SPEC_MESSAGES: tuple[str, ...] = (
     "csi.v1.GetPluginInfoRequest",
     "csi.v1.GetPluginInfoResponse",
@@ -207,6 +245,12 @@ SPEC_MESSAGES: tuple[str, ...] = (
     "csi.v1.ListVolumesResponse",
     "csi.v1.ListVolumesResponse.VolumeStatus",
     "csi.v1.ListVolumesResponse.Entry",
+    "csi.v1.ControllerListVolumeHealthRequest",
+    "csi.v1.ControllerListVolumeHealthResponse",
+    "csi.v1.VolumeHealth",
+    "csi.v1.VolumeHealth.VolumeHealthEntry",
+    "csi.v1.ControllerGetVolumeHealthRequest",
+    "csi.v1.ControllerGetVolumeHealthResponse",
     "csi.v1.ControllerGetVolumeRequest",
     "csi.v1.ControllerGetVolumeResponse",
     "csi.v1.ControllerGetVolumeResponse.VolumeStatus",
@@ -242,6 +286,11 @@ SPEC_MESSAGES: tuple[str, ...] = (
     "csi.v1.NodeGetVolumeStatsResponse",
     "csi.v1.VolumeUsage",
     "csi.v1.VolumeCondition",
+    "csi.v1.NodeGetVolumeHealthRequest",
+    "csi.v1.NodeGetVolumeHealthResponse",
+    "csi.v1.NodeGetStorageHealthRequest",
+    "csi.v1.NodeGetStorageHealthResponse",
+    "csi.v1.NodeGetStorageHealthResponse.StorageBackendHealth",
     "csi.v1.NodeGetCapabilitiesRequest",
     "csi.v1.NodeGetCapabilitiesResponse",
     "csi.v1.NodeServiceCapability",

@@ -222,6 +222,16 @@ class ControllerStub:
                 request_serializer=csi__pb2.ListVolumesRequest.SerializeToString,
                 response_deserializer=csi__pb2.ListVolumesResponse.FromString,
                 _registered_method=True)
+        self.ControllerListVolumeHealth = channel.unary_unary(
+                '/csi.v1.Controller/ControllerListVolumeHealth',
+                request_serializer=csi__pb2.ControllerListVolumeHealthRequest.SerializeToString,
+                response_deserializer=csi__pb2.ControllerListVolumeHealthResponse.FromString,
+                _registered_method=True)
+        self.ControllerGetVolumeHealth = channel.unary_unary(
+                '/csi.v1.Controller/ControllerGetVolumeHealth',
+                request_serializer=csi__pb2.ControllerGetVolumeHealthRequest.SerializeToString,
+                response_deserializer=csi__pb2.ControllerGetVolumeHealthResponse.FromString,
+                _registered_method=True)
         self.GetCapacity = channel.unary_unary(
                 '/csi.v1.Controller/GetCapacity',
                 request_serializer=csi__pb2.GetCapacityRequest.SerializeToString,
@@ -303,6 +313,18 @@ class ControllerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListVolumes(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ControllerListVolumeHealth(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ControllerGetVolumeHealth(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -394,6 +416,16 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.ListVolumes,
                     request_deserializer=csi__pb2.ListVolumesRequest.FromString,
                     response_serializer=csi__pb2.ListVolumesResponse.SerializeToString,
+            ),
+            'ControllerListVolumeHealth': grpc.unary_unary_rpc_method_handler(
+                    servicer.ControllerListVolumeHealth,
+                    request_deserializer=csi__pb2.ControllerListVolumeHealthRequest.FromString,
+                    response_serializer=csi__pb2.ControllerListVolumeHealthResponse.SerializeToString,
+            ),
+            'ControllerGetVolumeHealth': grpc.unary_unary_rpc_method_handler(
+                    servicer.ControllerGetVolumeHealth,
+                    request_deserializer=csi__pb2.ControllerGetVolumeHealthRequest.FromString,
+                    response_serializer=csi__pb2.ControllerGetVolumeHealthResponse.SerializeToString,
             ),
             'GetCapacity': grpc.unary_unary_rpc_method_handler(
                     servicer.GetCapacity,
@@ -603,6 +635,60 @@ class Controller:
             '/csi.v1.Controller/ListVolumes',
             csi__pb2.ListVolumesRequest.SerializeToString,
             csi__pb2.ListVolumesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ControllerListVolumeHealth(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/csi.v1.Controller/ControllerListVolumeHealth',
+            csi__pb2.ControllerListVolumeHealthRequest.SerializeToString,
+            csi__pb2.ControllerListVolumeHealthResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ControllerGetVolumeHealth(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/csi.v1.Controller/ControllerGetVolumeHealth',
+            csi__pb2.ControllerGetVolumeHealthRequest.SerializeToString,
+            csi__pb2.ControllerGetVolumeHealthResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1207,6 +1293,16 @@ class NodeStub:
                 request_serializer=csi__pb2.NodeGetVolumeStatsRequest.SerializeToString,
                 response_deserializer=csi__pb2.NodeGetVolumeStatsResponse.FromString,
                 _registered_method=True)
+        self.NodeGetVolumeHealth = channel.unary_unary(
+                '/csi.v1.Node/NodeGetVolumeHealth',
+                request_serializer=csi__pb2.NodeGetVolumeHealthRequest.SerializeToString,
+                response_deserializer=csi__pb2.NodeGetVolumeHealthResponse.FromString,
+                _registered_method=True)
+        self.NodeGetStorageHealth = channel.unary_unary(
+                '/csi.v1.Node/NodeGetStorageHealth',
+                request_serializer=csi__pb2.NodeGetStorageHealthRequest.SerializeToString,
+                response_deserializer=csi__pb2.NodeGetStorageHealthResponse.FromString,
+                _registered_method=True)
         self.NodeExpandVolume = channel.unary_unary(
                 '/csi.v1.Node/NodeExpandVolume',
                 request_serializer=csi__pb2.NodeExpandVolumeRequest.SerializeToString,
@@ -1257,6 +1353,18 @@ class NodeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def NodeGetVolumeHealth(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def NodeGetStorageHealth(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def NodeExpandVolume(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -1302,6 +1410,16 @@ def add_NodeServicer_to_server(servicer, server):
                     servicer.NodeGetVolumeStats,
                     request_deserializer=csi__pb2.NodeGetVolumeStatsRequest.FromString,
                     response_serializer=csi__pb2.NodeGetVolumeStatsResponse.SerializeToString,
+            ),
+            'NodeGetVolumeHealth': grpc.unary_unary_rpc_method_handler(
+                    servicer.NodeGetVolumeHealth,
+                    request_deserializer=csi__pb2.NodeGetVolumeHealthRequest.FromString,
+                    response_serializer=csi__pb2.NodeGetVolumeHealthResponse.SerializeToString,
+            ),
+            'NodeGetStorageHealth': grpc.unary_unary_rpc_method_handler(
+                    servicer.NodeGetStorageHealth,
+                    request_deserializer=csi__pb2.NodeGetStorageHealthRequest.FromString,
+                    response_serializer=csi__pb2.NodeGetStorageHealthResponse.SerializeToString,
             ),
             'NodeExpandVolume': grpc.unary_unary_rpc_method_handler(
                     servicer.NodeExpandVolume,
@@ -1454,6 +1572,60 @@ class Node:
             '/csi.v1.Node/NodeGetVolumeStats',
             csi__pb2.NodeGetVolumeStatsRequest.SerializeToString,
             csi__pb2.NodeGetVolumeStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def NodeGetVolumeHealth(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/csi.v1.Node/NodeGetVolumeHealth',
+            csi__pb2.NodeGetVolumeHealthRequest.SerializeToString,
+            csi__pb2.NodeGetVolumeHealthResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def NodeGetStorageHealth(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/csi.v1.Node/NodeGetStorageHealth',
+            csi__pb2.NodeGetStorageHealthRequest.SerializeToString,
+            csi__pb2.NodeGetStorageHealthResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -12,6 +12,7 @@ from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.api import convert
 from csi_hostpath.api.copy_pool import CopyPool
 from csi_hostpath.api.status import RpcServicer, rpc
+from csi_hostpath.core.errors import NotImplementedHere
 from csi_hostpath.service.controller import ControllerService, CreatedVolume
 from csi_hostpath.service.controller.group_snapshots import GroupSnapshots
 from csi_hostpath.service.controller.modify import ModifyService
@@ -272,3 +273,16 @@ class ControllerServicer(RpcServicer, pb_grpc.ControllerServicer):
     ) -> pb.ControllerModifyVolumeResponse:
         self.modify.modify(request.volume_id, request.mutable_parameters)
         return pb.ControllerModifyVolumeResponse()
+
+    # CSI v1.13's controller health RPCs; their capabilities are not advertised yet.
+    @rpc
+    def ControllerGetVolumeHealth(
+        self, request: pb.ControllerGetVolumeHealthRequest, context: grpc.ServicerContext
+    ) -> pb.ControllerGetVolumeHealthResponse:
+        raise NotImplementedHere("ControllerGetVolumeHealth is not served yet")
+
+    @rpc
+    def ControllerListVolumeHealth(
+        self, request: pb.ControllerListVolumeHealthRequest, context: grpc.ServicerContext
+    ) -> pb.ControllerListVolumeHealthResponse:
+        raise NotImplementedHere("ControllerListVolumeHealth is not served yet")

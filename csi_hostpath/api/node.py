@@ -7,6 +7,7 @@ from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.api import convert
 from csi_hostpath.api.self_publish import SelfPublish
 from csi_hostpath.api.status import RpcServicer, rpc
+from csi_hostpath.core.errors import NotImplementedHere
 from csi_hostpath.core.model import AccessType
 from csi_hostpath.service.node import NodeService
 from csi_hostpath.service.teardown import Room, retry_when_full
@@ -146,3 +147,16 @@ class NodeServicer(RpcServicer, pb_grpc.NodeServicer):
             request.volume_id, request.volume_path, request.capacity_range.required_bytes
         )
         return pb.NodeExpandVolumeResponse(capacity_bytes=size)
+
+    # CSI v1.13's node health RPCs; their capabilities are not advertised yet.
+    @rpc
+    def NodeGetVolumeHealth(
+        self, request: pb.NodeGetVolumeHealthRequest, context: grpc.ServicerContext
+    ) -> pb.NodeGetVolumeHealthResponse:
+        raise NotImplementedHere("NodeGetVolumeHealth is not served yet")
+
+    @rpc
+    def NodeGetStorageHealth(
+        self, request: pb.NodeGetStorageHealthRequest, context: grpc.ServicerContext
+    ) -> pb.NodeGetStorageHealthResponse:
+        raise NotImplementedHere("NodeGetStorageHealth is not served yet")
