@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from google.protobuf import timestamp_pb2
 
 from csi_hostpath._pb import csi_pb2 as pb
+from csi_hostpath.core.conditions import Problem
 from csi_hostpath.core.errors import InvalidRequest
 from csi_hostpath.core.model import (
     AccessMode,
@@ -97,4 +98,20 @@ def snapshot_to_pb(snap: Snapshot, *, group_id: str = "") -> pb.Snapshot:
         creation_time=created,
         ready_to_use=snap.ready,
         group_snapshot_id=group_id,
+    )
+
+
+def volume_health_to_pb(volume_id: str, problems: Iterable[Problem]) -> pb.VolumeHealth:
+    """CSI v1.13's VolumeHealth: one entry per problem; none means healthy."""
+    Entry = pb.VolumeHealth.VolumeHealthEntry
+    return pb.VolumeHealth(
+        volume_id=volume_id,
+        health_statuses=[
+            Entry(
+                status=pb.VolumeHealthErrorType.Value(p.kind.name),
+                reason=p.reason,
+                message=p.message,
+            )
+            for p in problems
+        ],
     )

@@ -7,7 +7,6 @@ from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.api import convert
 from csi_hostpath.api.self_publish import SelfPublish
 from csi_hostpath.api.status import RpcServicer, rpc
-from csi_hostpath.core.errors import NotImplementedHere
 from csi_hostpath.core.model import AccessType
 from csi_hostpath.service.node import NodeService
 from csi_hostpath.service.teardown import Room, retry_when_full
@@ -19,6 +18,8 @@ CAPABILITIES = (
     RPC.SINGLE_NODE_MULTI_WRITER,
     RPC.VOLUME_CONDITION,
     RPC.EXPAND_VOLUME,
+    RPC.GET_VOLUME_HEALTH,
+    RPC.GET_STORAGE_HEALTH,
 )
 Usage = pb.VolumeUsage
 
@@ -148,15 +149,29 @@ class NodeServicer(RpcServicer, pb_grpc.NodeServicer):
         )
         return pb.NodeExpandVolumeResponse(capacity_bytes=size)
 
-    # CSI v1.13's node health RPCs; their capabilities are not advertised yet.
     @rpc
     def NodeGetVolumeHealth(
         self, request: pb.NodeGetVolumeHealthRequest, context: grpc.ServicerContext
     ) -> pb.NodeGetVolumeHealthResponse:
-        raise NotImplementedHere("NodeGetVolumeHealth is not served yet")
+        problems = self.service.volumes.health(
+            request.volume_id, request.volume_publish_path, request.staging_target_path
+        )
+        return pb.NodeGetVolumeHealthResponse(
+            volume_health=convert.volume_health_to_pb(request.volume_id, problems)
+        )
 
     @rpc
     def NodeGetStorageHealth(
         self, request: pb.NodeGetStorageHealthRequest, context: grpc.ServicerContext
     ) -> pb.NodeGetStorageHealthResponse:
-        raise NotImplementedHere("NodeGetStorageHealth is not served yet")
+        Backend = pb.NodeGetStorageHealthResponse.StorageBackendHealth
+        return pb.NodeGetStorageHealthResponse(
+            backend_health=[
+                Backend(
+                    status=pb.StorageHealthErrorType.Value(p.kind.name),
+                    reason=p.reason,
+                    message=p.message,
+                )
+                for p in self.service.volumes.storage_health()
+            ]
+        )

@@ -28,6 +28,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "GetSnapshotRequest": ("snapshot_id",),
     "ControllerExpandVolumeRequest": ("volume_id", "capacity_range"),
     "ControllerGetVolumeRequest": ("volume_id",),
+    "ControllerGetVolumeHealthRequest": ("volume_id",),
     "ControllerModifyVolumeRequest": ("volume_id",),
     # GroupController
     "CreateVolumeGroupSnapshotRequest": ("name", "source_volume_ids"),
@@ -42,6 +43,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "NodePublishVolumeRequest": ("volume_id", "target_path", "volume_capability"),
     "NodeUnpublishVolumeRequest": ("volume_id", "target_path"),
     "NodeGetVolumeStatsRequest": ("volume_id", "volume_path"),
+    "NodeGetVolumeHealthRequest": ("volume_id",),
     "NodeExpandVolumeRequest": ("volume_id", "volume_path"),
 }
 

@@ -1,7 +1,11 @@
 """The messages of a volume's condition (VolumeCondition in ControllerGetVolume, ListVolumes and
-NodeGetVolumeStats), written once so both sides say the same thing. Pure: no I/O."""
+NodeGetVolumeStats), written once so both sides say the same thing, and the kinds CSI v1.13's
+health RPCs type them with. Pure: no I/O."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
 
 # The heartbeat's per-volume key for the count of filesystem errors the node has seen.
 IO_ERRORS_KEY = "io_errors"
@@ -23,3 +27,62 @@ def pool_full(root: str) -> str:
         f"the pool {root} is full: writes into unallocated parts of this thin volume fail with "
         "I/O errors; free space in the pool"
     )
+
+
+class VolumeHealth(Enum):
+    """CSI v1.13's VolumeHealthErrorType, by name."""
+
+    DEGRADED = "DEGRADED"
+    INACCESSIBLE = "INACCESSIBLE"
+    DATA_LOSS = "DATA_LOSS"
+
+
+class StorageHealth(Enum):
+    """CSI v1.13's StorageHealthErrorType, by name."""
+
+    STORAGE_DEGRADED = "STORAGE_DEGRADED"
+    STORAGE_UNREACHABLE = "STORAGE_UNREACHABLE"
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One adverse condition: its kind, a CamelCase reason, and the message that says what to
+    do. The VolumeCondition of the v1.12 RPCs is the first problem's message."""
+
+    kind: VolumeHealth | StorageHealth
+    reason: str
+    message: str
+
+
+def storage_problems(root: str, writable: bool | None, free: int, reserve: int) -> list[Problem]:
+    """The pool's own health from what the node sees of it (writable None: the directory is
+    gone), the reserve being the room kept so teardown works on a full pool."""
+    if writable is None:
+        return [
+            Problem(
+                StorageHealth.STORAGE_UNREACHABLE,
+                "PoolDirectoryGone",
+                f"the pool directory {root} is gone: no volume of this node can be staged; "
+                "mount or restore it",
+            )
+        ]
+    found = []
+    if not writable:
+        found.append(
+            Problem(
+                StorageHealth.STORAGE_DEGRADED,
+                "PoolReadOnly",
+                f"the pool {root} is read-only: no volume can be created or grown, and thin "
+                "volumes' writes into new blocks fail; remount it read-write",
+            )
+        )
+    if free < reserve:
+        found.append(
+            Problem(
+                StorageHealth.STORAGE_DEGRADED,
+                "PoolBelowReserve",
+                f"the pool {root} has {free} bytes free, less than the {reserve} kept for "
+                "teardown: new volumes and snapshots are refused; free space in the pool",
+            )
+        )
+    return found

@@ -139,6 +139,9 @@ class Pool(Protocol):
     def free_bytes(self) -> int:
         """Bytes available to the driver in the pool filesystem (statvfs f_bavail)."""
 
+    def writable(self) -> bool | None:
+        """Whether the pool directory takes writes; None when the directory is gone."""
+
 
 class Loop(Protocol):
     """Loop devices. Devices are found by their tag, because backing paths can be shared by

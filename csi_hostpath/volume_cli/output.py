@@ -129,9 +129,7 @@ class Progress:
 
     FRAMES = "|/-\\"
 
-    def __init__(
-        self, what: str, stream: TextIO, detail: Callable[[], str] | None = None
-    ) -> None:
+    def __init__(self, what: str, stream: TextIO, detail: Callable[[], str] | None = None) -> None:
         self.what = what
         self.stream = stream
         self.detail = detail
@@ -161,9 +159,7 @@ class Progress:
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
     lines = ["  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    lines += [
-        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
-    ]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     return "\n".join(lines)
 
 

@@ -61,14 +61,40 @@ TODAY = {
     "NODE_2_DIR": "/var/lib/csi-hostpath-cluster/nodes/csi-hostpath-worker2",
 }
 # What a cluster holds on the host alone: no two clusters may share one of these.
-HOST_PORTS = ("CLUSTER_API_PORT", "CLUSTER_ETCD_PORT", "CLUSTER_ETCD_PEER_PORT",
-              "CLUSTER_CONTROLLER_MANAGER_PORT", "CLUSTER_SCHEDULER_PORT")
-NODE_PORTS = ("CLUSTER_KUBELET_PORT", "CLUSTER_KUBELET_HEALTHZ_PORT",
-              "CLUSTER_PROXY_HEALTHZ_PORT", "CLUSTER_PROXY_METRICS_PORT")
-OWN = ("CLUSTER_ROOT", "CLUSTER_RUN", "KUBECONFIG", "CLUSTER_NAME", "CLUSTER_TAG",
-       "CLUSTER_CGROUP", "CLUSTER_BRIDGE", "CLUSTER_HOST_IP", "NODE_1_NAME", "NODE_2_NAME",
-       "NODE_1_IP", "NODE_2_IP", "NODE_1_VETH", "NODE_2_VETH", "NODE_1_CGROUP", "NODE_2_CGROUP",
-       "NODE_1_DIR", "NODE_2_DIR", *HOST_PORTS)
+HOST_PORTS = (
+    "CLUSTER_API_PORT",
+    "CLUSTER_ETCD_PORT",
+    "CLUSTER_ETCD_PEER_PORT",
+    "CLUSTER_CONTROLLER_MANAGER_PORT",
+    "CLUSTER_SCHEDULER_PORT",
+)
+NODE_PORTS = (
+    "CLUSTER_KUBELET_PORT",
+    "CLUSTER_KUBELET_HEALTHZ_PORT",
+    "CLUSTER_PROXY_HEALTHZ_PORT",
+    "CLUSTER_PROXY_METRICS_PORT",
+)
+OWN = (
+    "CLUSTER_ROOT",
+    "CLUSTER_RUN",
+    "KUBECONFIG",
+    "CLUSTER_NAME",
+    "CLUSTER_TAG",
+    "CLUSTER_CGROUP",
+    "CLUSTER_BRIDGE",
+    "CLUSTER_HOST_IP",
+    "NODE_1_NAME",
+    "NODE_2_NAME",
+    "NODE_1_IP",
+    "NODE_2_IP",
+    "NODE_1_VETH",
+    "NODE_2_VETH",
+    "NODE_1_CGROUP",
+    "NODE_2_CGROUP",
+    "NODE_1_DIR",
+    "NODE_2_DIR",
+    *HOST_PORTS,
+)
 
 
 def _env(**settings: str) -> dict[str, str]:
@@ -78,14 +104,27 @@ def _env(**settings: str) -> dict[str, str]:
 
 
 def _bash(script: str, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", str(CLUSTER / script), *args], check=False,
-                          capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run(
+        ["bash", str(CLUSTER / script), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
 
 
 def _lib(code: str, env: dict[str, str], stdin: str = "") -> subprocess.CompletedProcess[str]:
     """Run `code` in a bash that sourced lib.sh."""
-    return subprocess.run(["bash", "-c", f'. "{CLUSTER}/lib.sh" && {code}'], check=False,
-                          capture_output=True, text=True, env=env, input=stdin, timeout=60)
+    return subprocess.run(
+        ["bash", "-c", f'. "{CLUSTER}/lib.sh" && {code}'],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        input=stdin,
+        timeout=60,
+    )
 
 
 def _settings(env: dict[str, str]) -> dict[str, str]:
@@ -100,14 +139,19 @@ def _record(base: Path, settings: dict[str, str], *, slot: bool = True) -> None:
     state = Path(settings["CLUSTER_ROOT"]) / "state"
     assert state.is_relative_to(base)
     state.mkdir(parents=True)
-    lines = [f"{k}={v}" for k, v in settings.items()
-             if k.startswith("CLUSTER_") and (slot or k not in ("CLUSTER_SLOT", "CLUSTER_TAG"))]
+    lines = [
+        f"{k}={v}"
+        for k, v in settings.items()
+        if k.startswith("CLUSTER_") and (slot or k not in ("CLUSTER_SLOT", "CLUSTER_TAG"))
+    ]
     (state / "settings.env").write_text("\n".join(lines) + "\n")
 
 
 def _networks(settings: dict[str, str]) -> list[ipaddress.IPv4Network]:
-    return [ipaddress.ip_network(settings["CLUSTER_NET_PREFIX"] + ".0/24"),
-            ipaddress.ip_network(settings["CLUSTER_POD_CIDR"])]
+    return [
+        ipaddress.ip_network(settings["CLUSTER_NET_PREFIX"] + ".0/24"),
+        ipaddress.ip_network(settings["CLUSTER_POD_CIDR"]),
+    ]
 
 
 def _assert_apart(a: dict[str, str], b: dict[str, str]) -> None:
@@ -131,8 +175,10 @@ def test_the_default_cluster_keeps_todays_names_addresses_and_ports(tmp_path: Pa
     # On the machine's own CLUSTER_BASE (where the default cluster may be up, from any checkout:
     # --settings then prints what it recorded), only the root is looked at.
     assert _settings(_env())["CLUSTER_ROOT"] == TODAY["CLUSTER_ROOT"]
-    settings = {key: value.replace(str(tmp_path), "/var/lib")
-                for key, value in _settings(_env(CLUSTER_BASE=str(tmp_path))).items()}
+    settings = {
+        key: value.replace(str(tmp_path), "/var/lib")
+        for key, value in _settings(_env(CLUSTER_BASE=str(tmp_path))).items()
+    }
     for key, value in TODAY.items():
         assert settings[key] == value, key
     assert settings["CLUSTER_SLOT"] == "0"
@@ -146,8 +192,9 @@ def test_the_default_cluster_renders_the_files_it_rendered(tmp_path: Path) -> No
     assert _bash("render.sh", str(tmp_path / "b"), env=named).returncode == 0
     for path in (tmp_path / "a").rglob("*.*"):
         other = tmp_path / "b" / path.relative_to(tmp_path / "a")
-        assert other.read_text() == path.read_text().replace(str(tmp_path / "a"),
-                                                             str(tmp_path / "b"))
+        assert other.read_text() == path.read_text().replace(
+            str(tmp_path / "a"), str(tmp_path / "b")
+        )
     kubelet = yaml.safe_load((tmp_path / "a/nodes/csi-hostpath-worker/kubelet.yaml").read_text())
     assert (kubelet["port"], kubelet["healthzPort"]) == (10250, 10248)
     assert kubelet["cgroupRoot"] == "/csi-hostpath-cluster/csi-hostpath-worker"
@@ -166,7 +213,10 @@ def test_two_clusters_up_side_by_side_share_nothing(tmp_path: Path) -> None:
     assert t2["CLUSTER_ROOT"] == f"{base}/chp-cluster-t2"
     assert t2["KUBECONFIG"] == f"{ROOT}/.run/t2/kubeconfig"
     assert (t2["CLUSTER_BRIDGE"], t2["NODE_1_VETH"], t2["NODE_2_VETH"]) == (
-        "chp-t2-br", "chp-t2-v1", "chp-t2-v2")
+        "chp-t2-br",
+        "chp-t2-v1",
+        "chp-t2-v2",
+    )
     assert (t2["CLUSTER_NET_PREFIX"], t2["CLUSTER_POD_CIDR"]) == ("10.250.1", "10.245.0.0/16")
     assert [t2[k] for k in HOST_PORTS] == ["12410", "12411", "12412", "12413", "12414"]
     _assert_apart(default, t2)
@@ -184,11 +234,12 @@ def test_every_slot_is_apart_from_every_other(tmp_path: Path) -> None:
     for slot in range(1, 6):
         # The longest name there may be: its links still fit in 15 characters.
         name = f"s{slot}345678"
-        clusters.append(_settings(_env(CLUSTER_NAME=name, CLUSTER_SLOT=str(slot),
-                                       CLUSTER_BASE=str(tmp_path))))
+        clusters.append(
+            _settings(_env(CLUSTER_NAME=name, CLUSTER_SLOT=str(slot), CLUSTER_BASE=str(tmp_path)))
+        )
     for i, a in enumerate(clusters):
         assert max(len(a[k]) for k in ("CLUSTER_BRIDGE", "NODE_1_VETH", "NODE_2_VETH")) <= 15
-        for b in clusters[i + 1:]:
+        for b in clusters[i + 1 :]:
             _assert_apart(a, b)
             # No address of one is in a network of the other (service range aside, see lib.sh).
             for net in _networks(b):
@@ -203,9 +254,20 @@ def test_the_certificates_and_configs_of_a_named_cluster_are_its_own(tmp_path: P
     admin = yaml.safe_load((tmp_path / "pki/admin.kubeconfig").read_text())
     assert admin["clusters"][0]["cluster"]["server"] == "https://127.0.0.1:12410"
     assert admin["current-context"] == "t2"
-    san = subprocess.run(["openssl", "x509", "-in", str(tmp_path / "pki/apiserver.crt"), "-noout",
-                          "-ext", "subjectAltName"], check=True, capture_output=True,
-                         text=True).stdout
+    san = subprocess.run(
+        [
+            "openssl",
+            "x509",
+            "-in",
+            str(tmp_path / "pki/apiserver.crt"),
+            "-noout",
+            "-ext",
+            "subjectAltName",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     assert "10.250.1.1" in san and "10.250.0.1" not in san
     assert _bash("render.sh", str(tmp_path), env=env).returncode == 0
     kubelet = yaml.safe_load((tmp_path / "nodes/t2-worker2/kubelet.yaml").read_text())
@@ -214,8 +276,7 @@ def test_the_certificates_and_configs_of_a_named_cluster_are_its_own(tmp_path: P
     cni = json.loads((tmp_path / "nodes/t2-worker2/10-csi-hostpath.conflist").read_text())
     ipam = cni["plugins"][0]["ipam"]
     assert ipam["ranges"][0][0]["subnet"] == "10.245.2.0/24"
-    assert {r["dst"] for r in ipam["routes"]} == {"10.245.0.0/16", "10.96.0.0/12",
-                                                  "10.250.1.0/24"}
+    assert {r["dst"] for r in ipam["routes"]} == {"10.245.0.0/16", "10.96.0.0/12", "10.250.1.0/24"}
 
 
 def test_a_teardown_lists_only_its_own_cluster() -> None:
@@ -227,13 +288,20 @@ def test_a_teardown_lists_only_its_own_cluster() -> None:
 
 
 def test_a_teardown_matches_its_own_mounts_and_rules_only() -> None:
-    lines = "\n".join([
-        "/var/lib/chp-cluster-t2", "/var/lib/chp-cluster-t2/nodes/t2-worker/ns/net",
-        "/var/lib/chp-cluster-t22/nodes/t22-worker/ns/net", "/var/lib/csi-hostpath-cluster/x",
-        "-A FORWARD -i chp-t2-br -m comment --comment chp-cluster-t2 -j DROP",
-        "-A FORWARD -i chp-t22-br -m comment --comment chp-cluster-t22 -j DROP",
-        "-A FORWARD -i chp-br0 -m comment --comment csi-hostpath-cluster -j DROP",
-    ]) + "\n"
+    lines = (
+        "\n".join(
+            [
+                "/var/lib/chp-cluster-t2",
+                "/var/lib/chp-cluster-t2/nodes/t2-worker/ns/net",
+                "/var/lib/chp-cluster-t22/nodes/t22-worker/ns/net",
+                "/var/lib/csi-hostpath-cluster/x",
+                "-A FORWARD -i chp-t2-br -m comment --comment chp-cluster-t2 -j DROP",
+                "-A FORWARD -i chp-t22-br -m comment --comment chp-cluster-t22 -j DROP",
+                "-A FORWARD -i chp-br0 -m comment --comment csi-hostpath-cluster -j DROP",
+            ]
+        )
+        + "\n"
+    )
     env = _env(CLUSTER_NAME="t2")
     mounts = _lib("under_root", env, lines).stdout.splitlines()
     assert mounts == ["/var/lib/chp-cluster-t2", "/var/lib/chp-cluster-t2/nodes/t2-worker/ns/net"]
@@ -252,8 +320,9 @@ def test_a_second_cluster_of_one_name_is_refused_another_name_is_not(tmp_path: P
     assert "'t2' of /elsewhere/.run/t2 is up" in refused.stderr
     assert "make cluster-down CLUSTER_NAME=t2" in refused.stderr
     assert _lib("claim_name && claim_slot", _env(CLUSTER_BASE=base)).returncode == 0
-    other = _lib("claim_name && claim_slot && echo $CLUSTER_SLOT",
-                 _env(CLUSTER_NAME="t3", CLUSTER_BASE=base))
+    other = _lib(
+        "claim_name && claim_slot && echo $CLUSTER_SLOT", _env(CLUSTER_NAME="t3", CLUSTER_BASE=base)
+    )
     assert other.returncode == 0 and other.stdout.strip() == "2"
     # A slot asked for by number is refused while another cluster holds it.
     taken = _lib("claim_slot", _env(CLUSTER_NAME="t3", CLUSTER_SLOT="1", CLUSTER_BASE=base))
@@ -262,8 +331,12 @@ def test_a_second_cluster_of_one_name_is_refused_another_name_is_not(tmp_path: P
 
 def test_no_slot_left_is_refused(tmp_path: Path) -> None:
     for slot in range(1, 6):
-        _record(tmp_path, _settings(_env(CLUSTER_NAME=f"n{slot}", CLUSTER_SLOT=str(slot),
-                                         CLUSTER_BASE=str(tmp_path))))
+        _record(
+            tmp_path,
+            _settings(
+                _env(CLUSTER_NAME=f"n{slot}", CLUSTER_SLOT=str(slot), CLUSTER_BASE=str(tmp_path))
+            ),
+        )
     full = _lib("claim_slot", _env(CLUSTER_NAME="late", CLUSTER_BASE=str(tmp_path)))
     assert full.returncode == 1 and "every slot" in full.stderr and "n3" in full.stderr
 

@@ -27,9 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "tools" / "cluster"
 NODES = ("csi-hostpath-worker", "csi-hostpath-worker2")
 # The e2e suite's sandbox image, where its manifest names it (test/utils/image/manifest.go).
-E2E_MANIFEST = Path(
-    "/root/go/pkg/mod/k8s.io/kubernetes@v1.35.4/test/utils/image/manifest.go"
-)
+E2E_MANIFEST = Path("/root/go/pkg/mod/k8s.io/kubernetes@v1.35.4/test/utils/image/manifest.go")
 
 
 def _run(script: str, *args: str, env: dict[str, str] | None = None) -> str:
@@ -109,8 +107,10 @@ def test_containerd_has_the_sandbox_image_and_cannot_lower_oom_scores(rendered: 
 
 @pytest.mark.skipif(not E2E_MANIFEST.exists(), reason="no k8s.io/kubernetes v1.35.4 module here")
 def test_the_sandbox_image_is_the_one_the_e2e_suite_names() -> None:
-    match = re.search(r'configs\[Pause\] = Config\{list\.GcRegistry, "pause", "([^"]+)"\}',
-                      E2E_MANIFEST.read_text())
+    match = re.search(
+        r'configs\[Pause\] = Config\{list\.GcRegistry, "pause", "([^"]+)"\}',
+        E2E_MANIFEST.read_text(),
+    )
     assert match and match.group(1) == "3.10.1"
 
 
@@ -140,9 +140,21 @@ def test_kube_proxy_runs_iptables_for_its_node(rendered: Path) -> None:
 
 def _subject(cert: Path) -> str:
     return subprocess.run(
-        ["openssl", "x509", "-in", str(cert), "-noout", "-nameopt", "RFC2253", "-subject",
-         "-ext", "subjectAltName"],
-        check=True, capture_output=True, text=True,
+        [
+            "openssl",
+            "x509",
+            "-in",
+            str(cert),
+            "-noout",
+            "-nameopt",
+            "RFC2253",
+            "-subject",
+            "-ext",
+            "subjectAltName",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
 
 
@@ -188,9 +200,18 @@ def test_the_pause_image_names_itself_for_ctr_import(tmp_path: Path) -> None:
 
 def test_down_lists_everything_it_cleans() -> None:
     listing = _run("down.sh", "--list")
-    for kind in ("processes:", "mounts:", "loop devices:", "network namespace:",
-                 "mount namespace:", "veth:", "bridge:", "iptables rules:", "cgroups:",
-                 "directories:"):
+    for kind in (
+        "processes:",
+        "mounts:",
+        "loop devices:",
+        "network namespace:",
+        "mount namespace:",
+        "veth:",
+        "bridge:",
+        "iptables rules:",
+        "cgroups:",
+        "directories:",
+    ):
         assert kind in listing, kind
     for node in NODES:
         assert node in listing

@@ -40,15 +40,18 @@ pytestmark = [
     pytest.mark.real,
     pytest.mark.slow,
     pytest.mark.timeout(900),
-    pytest.mark.skipif(os.environ.get("CLUSTER_TESTS") != "1",
-                       reason="brings a real cluster up: set CLUSTER_TESTS=1 (as root)"),
+    pytest.mark.skipif(
+        os.environ.get("CLUSTER_TESTS") != "1",
+        reason="brings a real cluster up: set CLUSTER_TESTS=1 (as root)",
+    ),
     pytest.mark.skipif(os.geteuid() != 0, reason="the cluster needs root"),
 ]
 
 
 def _sh(*args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(list(args), check=False, capture_output=True, text=True,
-                            timeout=timeout)
+    result = subprocess.run(
+        list(args), check=False, capture_output=True, text=True, timeout=timeout
+    )
     if check and result.returncode != 0:
         raise AssertionError(f"{args} exited {result.returncode}: {result.stderr}")
     return result
@@ -86,8 +89,11 @@ def _host_state() -> HostState:
         mounts=frozenset(m for m in mounts if m.startswith(OURS) or "csi-hostpath-cluster" in m),
         loops=frozenset(loop for loop in loops if loop.split()[-1].startswith(OURS)),
         cgroups=frozenset(str(p) for p in Path("/sys/fs/cgroup").glob("*/csi-hostpath-cluster")),
-        paths=frozenset(p for p in ("/var/lib/kubelet", "/var/lib/csi-hostpath",
-                                    str(CLUSTER_ROOT)) if Path(p).exists()),
+        paths=frozenset(
+            p
+            for p in ("/var/lib/kubelet", "/var/lib/csi-hostpath", str(CLUSTER_ROOT))
+            if Path(p).exists()
+        ),
     )
 
 
@@ -105,8 +111,7 @@ def _running(pid: int) -> bool:
     return state != "Z"
 
 
-def _assert_nothing_left(before: HostState, pids: dict[str, int],
-                         namespaces: set[str]) -> None:
+def _assert_nothing_left(before: HostState, pids: dict[str, int], namespaces: set[str]) -> None:
     after = _host_state()
     assert not [name for name, pid in pids.items() if _running(pid)]
     assert after.links == before.links
@@ -143,16 +148,24 @@ def quiet_host() -> Iterator[HostState]:
 
 
 def _pod(node: str) -> str:
-    return json.dumps({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": f"probe-{node}", "namespace": "default"},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10.1",
-                            "imagePullPolicy": "IfNotPresent"}],
-        },
-    })
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"probe-{node}", "namespace": "default"},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": node},
+                "terminationGracePeriodSeconds": 1,
+                "containers": [
+                    {
+                        "name": "pause",
+                        "image": "registry.k8s.io/pause:3.10.1",
+                        "imagePullPolicy": "IfNotPresent",
+                    }
+                ],
+            },
+        }
+    )
 
 
 def _wait_running(name: str) -> dict[str, Any]:
@@ -171,15 +184,28 @@ def test_cluster_up_two_nodes_isolated_then_down_leaves_nothing(quiet_host: Host
     namespaces = _node_namespaces()
 
     nodes = _kubectl("get", "nodes", "-o", "json")["items"]
-    ready = {n["metadata"]["name"]: {c["type"]: c["status"] for c in n["status"]["conditions"]}
-             for n in nodes}
+    ready = {
+        n["metadata"]["name"]: {c["type"]: c["status"] for c in n["status"]["conditions"]}
+        for n in nodes
+    }
     assert sorted(ready) == list(NODES)
     assert all(conditions["Ready"] == "True" for conditions in ready.values())
 
     for node in NODES:
-        subprocess.run([str(RUN / "bin" / "kubectl"), "--kubeconfig", str(RUN / "kubeconfig"),
-                        "apply", "-f", "-"], input=_pod(node), check=True, text=True,
-                       capture_output=True)
+        subprocess.run(
+            [
+                str(RUN / "bin" / "kubectl"),
+                "--kubeconfig",
+                str(RUN / "kubeconfig"),
+                "apply",
+                "-f",
+                "-",
+            ],
+            input=_pod(node),
+            check=True,
+            text=True,
+            capture_output=True,
+        )
     for node in NODES:
         pod = _wait_running(f"probe-{node}")
         assert pod["spec"]["nodeName"] == node
@@ -217,9 +243,13 @@ def test_cluster_up_two_nodes_isolated_then_down_leaves_nothing(quiet_host: Host
     _sh("bash", str(CLUSTER / "node.sh"), "up", first)
     assert _node(first, "findmnt", "-n", probe, check=False).returncode != 0
     assert _node(first, "curl", "-s", "http://127.0.0.1:10248/healthz").stdout == "ok"
-    subprocess.run([str(RUN / "bin" / "kubectl"), "--kubeconfig", str(RUN / "kubeconfig"),
-                    "apply", "-f", "-"], input=_pod(first).replace("probe-", "again-"),
-                   check=True, text=True, capture_output=True)
+    subprocess.run(
+        [str(RUN / "bin" / "kubectl"), "--kubeconfig", str(RUN / "kubeconfig"), "apply", "-f", "-"],
+        input=_pod(first).replace("probe-", "again-"),
+        check=True,
+        text=True,
+        capture_output=True,
+    )
     assert _wait_running(f"again-{first}")["spec"]["nodeName"] == first
     pids |= _recorded_pids()
     namespaces |= _node_namespaces()
@@ -230,8 +260,12 @@ def test_cluster_up_two_nodes_isolated_then_down_leaves_nothing(quiet_host: Host
 
 
 def test_a_cluster_up_killed_half_way_comes_down(quiet_host: HostState) -> None:
-    up = subprocess.Popen(["bash", str(CLUSTER / "up.sh")], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL, start_new_session=True)
+    up = subprocess.Popen(
+        ["bash", str(CLUSTER / "up.sh")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         # Killed once the first node runs containerd: the control plane, a node's namespaces,
         # mounts, veth and cgroup are all there, the second node not yet.

@@ -37,13 +37,20 @@ DEFAULT_ROOT = Path("/var/lib/csi-hostpath-cluster")
 pytestmark = test_cluster_real.pytestmark
 
 
-def _named(name: str, *args: str, check: bool = True,
-           **extra: str) -> subprocess.CompletedProcess[str]:
+def _named(
+    name: str, *args: str, check: bool = True, **extra: str
+) -> subprocess.CompletedProcess[str]:
     """Run a command for the cluster `name`, with no cluster setting of the caller's (so nothing
     can name the default cluster by accident)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLUSTER_")}
-    result = subprocess.run(list(args), check=False, capture_output=True, text=True,
-                            env={**env, "CLUSTER_NAME": name, **extra}, timeout=600)
+    result = subprocess.run(
+        list(args),
+        check=False,
+        capture_output=True,
+        text=True,
+        env={**env, "CLUSTER_NAME": name, **extra},
+        timeout=600,
+    )
     if check and result.returncode != 0:
         raise AssertionError(f"{args} exited {result.returncode}: {result.stderr}")
     return result
@@ -66,8 +73,11 @@ def _others() -> dict[str, dict[str, str]]:
     for f in [DEFAULT_ROOT / "state/settings.env", *named]:
         if not f.exists():
             continue
-        name = next(line.split("=", 1)[1] for line in f.read_text().splitlines()
-                    if line.startswith("CLUSTER_NAME="))
+        name = next(
+            line.split("=", 1)[1]
+            for line in f.read_text().splitlines()
+            if line.startswith("CLUSTER_NAME=")
+        )
         if name not in (NAME, SECOND):
             found[name] = _settings(name)
     return found
@@ -85,18 +95,27 @@ def _state_of(other: dict[str, str]) -> dict[str, Any]:
     for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"):
         pid = int(Path(other["CLUSTER_RUN"], "pids", f"{name}.pid").read_text())
         control_plane[name] = (pid, _running(pid))
-    ready = _sh("curl", "-sk", "--max-time", "5",
-                f"https://127.0.0.1:{other['CLUSTER_API_PORT']}/readyz", check=False)
+    ready = _sh(
+        "curl",
+        "-sk",
+        "--max-time",
+        "5",
+        f"https://127.0.0.1:{other['CLUSTER_API_PORT']}/readyz",
+        check=False,
+    )
     return {
         "settings": Path(root, "state/settings.env").read_text(),
         # Index, name and flags of each of its links (node.sh down/up keeps them).
-        "links": sorted(" ".join(line.split()[:3]) for line in links
-                        if line.split()[1].rstrip(":").split("@")[0] in names),
+        "links": sorted(
+            " ".join(line.split()[:3])
+            for line in links
+            if line.split()[1].rstrip(":").split("@")[0] in names
+        ),
         "addresses": _sh("ip", "-o", "addr", "show", "dev", bridge).stdout,
-        "routes": sorted(r for r in _sh("ip", "route").stdout.splitlines()
-                         if f"dev {bridge} " in r),
-        "rules": sorted(r for r in rules.splitlines()
-                        if f"--comment {other['CLUSTER_TAG']} " in r),
+        "routes": sorted(
+            r for r in _sh("ip", "route").stdout.splitlines() if f"dev {bridge} " in r
+        ),
+        "rules": sorted(r for r in rules.splitlines() if f"--comment {other['CLUSTER_TAG']} " in r),
         # The network namespace pins (a node taken down and up again remounts its ns/mnt).
         "pins": sorted(m for m in mounts if m.startswith(f"{root}/") and "/ns/net" in m),
         "control_plane": control_plane,
@@ -119,32 +138,53 @@ def _t2_things(settings: dict[str, str]) -> dict[str, list[str]]:
         "links": [line for line in links if settings["CLUSTER_BRIDGE"] in line or prefix in line],
         "routes": [r for r in _sh("ip", "route").stdout.splitlines() if r.startswith(nets)],
         "rules": [r for r in rules.splitlines() if f"--comment {tag} " in r],
-        "mounts": [m for m in _sh("findmnt", "-rn", "-o", "TARGET").stdout.splitlines()
-                   if m == root or m.startswith(f"{root}/")],
-        "loops": [line for line in _sh("losetup", "-l", "-n", "-O", "NAME,BACK-FILE").stdout
-                  .splitlines() if root in line],
+        "mounts": [
+            m
+            for m in _sh("findmnt", "-rn", "-o", "TARGET").stdout.splitlines()
+            if m == root or m.startswith(f"{root}/")
+        ],
+        "loops": [
+            line
+            for line in _sh("losetup", "-l", "-n", "-O", "NAME,BACK-FILE").stdout.splitlines()
+            if root in line
+        ],
         "cgroups": [str(p) for p in Path("/sys/fs/cgroup").glob(f"*/{tag}")],
         "root": [root] if Path(root).exists() else [],
-        "run": sorted(p.name for p in Path(settings["CLUSTER_RUN"]).iterdir()
-                      if p.name != "logs") if Path(settings["CLUSTER_RUN"]).exists() else [],
+        "run": sorted(p.name for p in Path(settings["CLUSTER_RUN"]).iterdir() if p.name != "logs")
+        if Path(settings["CLUSTER_RUN"]).exists()
+        else [],
     }
 
 
 def _mount_points() -> set[str]:
-    return {p for p in ("/var/lib/kubelet", "/var/lib/containerd", "/etc/cni/net.d",
-                        "/var/lib/csi-hostpath") if Path(p).exists()}
+    return {
+        p
+        for p in (
+            "/var/lib/kubelet",
+            "/var/lib/containerd",
+            "/etc/cni/net.d",
+            "/var/lib/csi-hostpath",
+        )
+        if Path(p).exists()
+    }
 
 
 def _kubectl(settings: dict[str, str], *args: str, stdin: str | None = None) -> Any:
     run = Path(settings["CLUSTER_RUN"])
-    result = subprocess.run([str(run / "bin" / "kubectl"), "--kubeconfig",
-                             settings["KUBECONFIG"], *args], check=True, capture_output=True,
-                            text=True, input=stdin, timeout=120)
+    result = subprocess.run(
+        [str(run / "bin" / "kubectl"), "--kubeconfig", settings["KUBECONFIG"], *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=120,
+    )
     return json.loads(result.stdout) if "json" in args else result.stdout
 
 
-def _node(node: str, *cmd: str, check: bool = True,
-          name: str = NAME) -> subprocess.CompletedProcess[str]:
+def _node(
+    node: str, *cmd: str, check: bool = True, name: str = NAME
+) -> subprocess.CompletedProcess[str]:
     return _named(name, "bash", str(CLUSTER / "node.sh"), "exec", node, "--", *cmd, check=check)
 
 
@@ -188,7 +228,8 @@ def _up(named_clusters: list[str], name: str) -> dict[str, str]:
 
 
 def test_a_second_cluster_runs_beside_the_others_and_leaves_nothing(
-        named_clusters: list[str]) -> None:
+    named_clusters: list[str],
+) -> None:
     others_before = _others_state()
     paths_before = _mount_points()
     settings = _up(named_clusters, NAME)
@@ -210,8 +251,9 @@ def test_a_second_cluster_runs_beside_the_others_and_leaves_nothing(
     for node in nodes:
         # t2's own API server through kube-proxy's service address, from inside the node; the
         # default cluster's network is not reachable from it.
-        assert _node(node, "curl", "-sk", "--max-time", "5",
-                     "https://10.96.0.1/readyz").stdout == "ok"
+        assert (
+            _node(node, "curl", "-sk", "--max-time", "5", "https://10.96.0.1/readyz").stdout == "ok"
+        )
         assert _node(node, "ip", "route", "get", "10.250.0.1", check=False).returncode != 0
 
     # One cluster of a name: t2 again from elsewhere is refused; from here it is up already.
@@ -225,8 +267,16 @@ def test_a_second_cluster_runs_beside_the_others_and_leaves_nothing(
     assert down.returncode == 0, down.stderr
     assert not [name for name, pid in pids.items() if _running(pid)]
     left = _t2_things(settings)
-    assert left == {"links": [], "routes": [], "rules": [], "mounts": [], "loops": [],
-                    "cgroups": [], "root": [], "run": []}
+    assert left == {
+        "links": [],
+        "routes": [],
+        "rules": [],
+        "mounts": [],
+        "loops": [],
+        "cgroups": [],
+        "root": [],
+        "run": [],
+    }
     live = set()
     for kind in ("net", "mnt"):
         live |= set(_sh("lsns", "-n", "-o", "NS", "-t", kind).stdout.split())
@@ -238,8 +288,13 @@ def test_a_second_cluster_runs_beside_the_others_and_leaves_nothing(
 
 # The directories the nodes' mounts sit on: a cluster that made them hands them over when it goes
 # down before another (removing a mount point takes its mounts away in every mount namespace).
-NODE_MOUNTS = ("/var/lib/kubelet", "/var/lib/containerd", "/etc/cni/net.d", "/var/log",
-               "/var/lib/csi-hostpath")
+NODE_MOUNTS = (
+    "/var/lib/kubelet",
+    "/var/lib/containerd",
+    "/etc/cni/net.d",
+    "/var/log",
+    "/var/lib/csi-hostpath",
+)
 
 
 def _node_mounts(settings: dict[str, str], name: str) -> dict[str, list[str]]:
@@ -247,13 +302,11 @@ def _node_mounts(settings: dict[str, str], name: str) -> dict[str, list[str]]:
     for i in range(1, int(settings["CLUSTER_NODES"]) + 1):
         node = settings[f"NODE_{i}_NAME"]
         out = _node(node, "findmnt", "-rn", "-o", "TARGET,SOURCE", name=name).stdout
-        found[node] = sorted(line for line in out.splitlines()
-                             if line.split()[0] in NODE_MOUNTS)
+        found[node] = sorted(line for line in out.splitlines() if line.split()[0] in NODE_MOUNTS)
     return found
 
 
-def test_a_cluster_going_down_leaves_the_mounts_of_one_still_up(
-        named_clusters: list[str]) -> None:
+def test_a_cluster_going_down_leaves_the_mounts_of_one_still_up(named_clusters: list[str]) -> None:
     paths_before = _mount_points()
     first = _up(named_clusters, NAME)
     second = _up(named_clusters, SECOND)

@@ -90,7 +90,7 @@ def path_exists(path: str) -> bool:
 
 
 # ---- capabilities --------------------------------------------------------------------------
-# Looked up by *name*: a capability this CSI v1.12 proto does not define (csi-sanity's newest
+# Looked up by *name*: a capability this CSI v1.13 proto does not define (csi-sanity's newest
 # copies know a few from later spec versions) is one the driver cannot advertise.
 def enum_value(enum: Any, name: str) -> int | None:
     try:

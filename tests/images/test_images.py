@@ -27,6 +27,7 @@ E2E_MANIFEST = Path(
     "k8s.io/kubernetes@v1.35.4/test/utils/image/manifest.go",
 )
 
+
 def images_sh(*args: str, cache: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     if cache is not None:
@@ -175,8 +176,14 @@ def test_the_key_follows_the_drivers_sources(tmp_path: Path) -> None:
     """A change to any file the image is made from is a new archive name (so never a stale image
     under the current name): seen on a copy of the inputs."""
     copy = tmp_path / "repo"
-    for rel in ("tools/cluster", "csi_hostpath", "pyproject.toml", "README.md", "Dockerfile",
-                ".dockerignore"):
+    for rel in (
+        "tools/cluster",
+        "csi_hostpath",
+        "pyproject.toml",
+        "README.md",
+        "Dockerfile",
+        ".dockerignore",
+    ):
         src = ROOT / rel
         dst = copy / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
@@ -187,7 +194,11 @@ def test_the_key_follows_the_drivers_sources(tmp_path: Path) -> None:
         env: dict[str, Any] = {**os.environ, "CSI_HOSTPATH_CACHE": str(tmp_path / "cache")}
         result = subprocess.run(
             ["bash", str(script), "path", f"csi-hostpath:{VERSION}"],
-            capture_output=True, text=True, timeout=60, check=True, env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+            env=env,
         )
         return result.stdout.strip()
 

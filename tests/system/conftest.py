@@ -158,8 +158,10 @@ def _detach_all(root: str, tag_prefix: str) -> set[str]:
             # another process's attach since the scan.
             release_loop(
                 device,
-                lambda held: _under(held.backing.removesuffix(" (deleted)"), root)
-                or held.tag.startswith(tag_prefix),
+                lambda held: (
+                    _under(held.backing.removesuffix(" (deleted)"), root)
+                    or held.tag.startswith(tag_prefix)
+                ),
             )
         time.sleep(0.05)
 

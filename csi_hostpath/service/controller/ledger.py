@@ -98,9 +98,7 @@ class PublishLedger:
         if not is_volume_id(volume_id):
             return
         with self.inflight.hold(volume_id, "ControllerUnpublishVolume"):
-            revocations = Revocations(
-                self.layout.heartbeats(volume_id), volume_id, self.node_grace
-            )
+            revocations = Revocations(self.layout.heartbeats(volume_id), volume_id, self.node_grace)
             removed = self.store.unpublish(
                 volume_id, node_id, actor="controller", classify=revocations
             )

@@ -1,5 +1,7 @@
-"""NodeExpandVolume and NodeGetVolumeStats: what a staged volume's device and filesystem say,
-and the volume's condition (a missing file, a lost mount or device, a freeze, I/O errors)."""
+"""NodeExpandVolume, NodeGetVolumeStats and CSI v1.13's NodeGetVolumeHealth and
+NodeGetStorageHealth: what a staged volume's device and filesystem say, its problems (a missing
+file, a lost mount or device, a freeze, I/O errors, a full pool), typed once for both the v1.12
+VolumeCondition (the worst one's message) and the v1.13 health kinds, and the pool's own health."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ import time
 from dataclasses import dataclass
 
 from csi_hostpath.core import access, conditions
+from csi_hostpath.core.capacity import POOL_RESERVE_BYTES
+from csi_hostpath.core.conditions import Problem, VolumeHealth
 from csi_hostpath.core.errors import (
     CapacityOutOfRange,
     NotStaged,
@@ -23,7 +27,7 @@ from csi_hostpath.service.node.inline import InlineVolumes
 from csi_hostpath.service.node.mounts import NodeMounts
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout
-from csi_hostpath.system.base import FsStats, NotPermitted, System
+from csi_hostpath.system.base import FsStats, LoopDevice, NotPermitted, System
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +55,8 @@ class StagedVolumes:
     inline: InlineVolumes
     freezes: Freezes
     inflight: InFlight
+    # NodeGetVolumeHealth calls a volume DEGRADED once a freeze is this old (seconds).
+    frozen_after: float = 10.0
 
     def expand(self, volume_id: str, volume_path: str, required_bytes: int) -> int:
         """Make the loop device and the filesystem on it follow a grown backing file."""
@@ -92,39 +98,108 @@ class StagedVolumes:
             raise VolumeNotFound(f"volume {volume_id} is not staged or published at {volume_path}")
         return staged, path
 
+    def _problems(
+        self, staged: NodeStaging, path: str | None, frozen_after: float
+    ) -> tuple[list[Problem], LoopDevice | None]:
+        """What is wrong with a staged volume, worst first, and its loop device. A freeze counts
+        once it is frozen_after seconds old (a snapshot's short freeze is no fault)."""
+        volume_id = staged.volume_id
+        if not self.mounts.backing_for(staged).exists():
+            return [
+                Problem(
+                    VolumeHealth.INACCESSIBLE,
+                    "BackingFileMissing",
+                    f"the backing file of {volume_id} is missing from the pool: its data is "
+                    "gone unless a snapshot exists",
+                )
+            ], None
+        if path is not None and self.system.mounts.find(path) is None:
+            return [
+                Problem(
+                    VolumeHealth.INACCESSIBLE,
+                    "NotMounted",
+                    f"{path} is not mounted any more; unpublish and publish it again",
+                )
+            ], None
+        device = self.system.loop.find(loop_tag(self.node_id, volume_id))
+        if device is None:
+            return [
+                Problem(
+                    VolumeHealth.INACCESSIBLE,
+                    "LoopDeviceGone",
+                    f"volume {volume_id} has no loop device on this node; stage it again",
+                )
+            ], None
+        found = []
+        frozen = self.freezes.recorded(volume_id)
+        if frozen is not None and time.time() - float(frozen.get("at", 0)) >= frozen_after:
+            found.append(
+                Problem(
+                    VolumeHealth.DEGRADED,
+                    "Frozen",
+                    f"the filesystem is frozen for a snapshot or clone (since "
+                    f"{time.time() - float(frozen.get('at', 0)):.0f}s, pid {frozen.get('pid')}); "
+                    "writes wait until it is thawed",
+                )
+            )
+        if device.read_only and not access.effective_readonly(staged.access_mode, False):
+            found.append(
+                Problem(
+                    VolumeHealth.DEGRADED,
+                    "DeviceReadOnly",
+                    f"{device.path} is read-only, though the volume is read-write",
+                )
+            )
+        if staged.access_type == AccessType.MOUNT and (
+            errs := self.system.fs.error_count(device.path)
+        ):
+            found.append(
+                Problem(
+                    VolumeHealth.DATA_LOSS,
+                    "FilesystemErrors",
+                    conditions.io_errors(errs, staged.fs_type, device.path),
+                )
+            )
+        if self.system.pool.free_bytes() == 0:
+            found.append(
+                Problem(
+                    VolumeHealth.DEGRADED, "PoolFull", conditions.pool_full(str(self.layout.root))
+                )
+            )
+        return found, device
+
+    def health(self, volume_id: str, publish_path: str, staging_path: str) -> list[Problem]:
+        """NodeGetVolumeHealth: the volume's problems at the path given, else where it is staged
+        (a block volume: its first target, if it has one)."""
+        path: str | None
+        if publish_path or staging_path:
+            staged, path = self._staged_at(volume_id, publish_path or staging_path)
+        else:
+            resolved = self.inline.resolve(volume_id)
+            found = self.store.get_staging(resolved) if resolved is not None else None
+            if found is None:
+                raise VolumeNotFound(f"volume {volume_id[:200]!r} is not staged on this node")
+            staged, path = found, found.staging_path
+            if staged.access_type == AccessType.BLOCK:
+                # A block volume's staging path is no mount: its targets are bind mounts.
+                targets = self.store.node_publications(staged.volume_id)
+                path = targets[0].target_path if targets else None
+        return self._problems(staged, path, self.frozen_after)[0]
+
+    def storage_health(self) -> list[Problem]:
+        """NodeGetStorageHealth: the pool as this node sees it."""
+        pool = self.system.pool
+        writable = pool.writable()
+        free = pool.free_bytes() if writable is not None else 0
+        return conditions.storage_problems(str(pool.root), writable, free, POOL_RESERVE_BYTES)
+
     def stats(self, volume_id: str, volume_path: str) -> VolumeStats:
         staged, path = self._staged_at(volume_id, volume_path)
         kind = staged.access_type
-        if not self.mounts.backing_for(staged).exists():
-            return VolumeStats(
-                kind, 0, 0, 0, abnormal=True,
-                message=f"the backing file of {volume_id} is missing from the pool: its data "
-                "is gone unless a snapshot exists",
-            )  # fmt: skip
-        if self.system.mounts.find(path) is None:
-            return VolumeStats(
-                kind, 0, 0, 0, abnormal=True,
-                message=f"{path} is not mounted any more; unpublish and publish it again",
-            )  # fmt: skip
-        device = self.system.loop.find(loop_tag(self.node_id, staged.volume_id))
+        problems, device = self._problems(staged, path, 0.0)
+        problem = problems[0].message if problems else ""
         if device is None:
-            return VolumeStats(
-                kind, 0, 0, 0, abnormal=True,
-                message=f"volume {volume_id} has no loop device on this node; stage it again",
-            )  # fmt: skip
-        problem = ""
-        if (frozen := self.freezes.recorded(staged.volume_id)) is not None:
-            problem = (
-                f"the filesystem is frozen for a snapshot or clone (since "
-                f"{time.time() - float(frozen.get('at', 0)):.0f}s, pid {frozen.get('pid')}); "
-                "writes wait until it is thawed"
-            )
-        elif device.read_only and not access.effective_readonly(staged.access_mode, False):
-            problem = f"{device.path} is read-only, though the volume is read-write"
-        elif kind == AccessType.MOUNT and (errs := self.system.fs.error_count(device.path)):
-            problem = conditions.io_errors(errs, staged.fs_type, device.path)
-        elif self.system.pool.free_bytes() == 0:
-            problem = conditions.pool_full(str(self.layout.root))
+            return VolumeStats(kind, 0, 0, 0, abnormal=True, message=problem)
         if kind == AccessType.BLOCK:
             size = self.system.devices.size(device.path)
             return VolumeStats(kind, size, 0, 0, abnormal=bool(problem), message=problem)

@@ -119,6 +119,9 @@ class FakePool:
     def free_bytes(self) -> int:
         return max(0, self._capacity - self._used())
 
+    def writable(self) -> bool | None:
+        return True
+
 
 # --- loop ----------------------------------------------------------------------------------------
 

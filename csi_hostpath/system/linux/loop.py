@@ -107,9 +107,7 @@ class LinuxLoop:
                             index = fcntl.ioctl(control, kernel.LOOP_CTL_GET_FREE)
                             device = f"/dev/loop{index}"
                             ready = kernel.node_exists(device)
-                            configured = ready and kernel.configure(
-                                device, backing_fd, flags, name
-                            )
+                            configured = ready and kernel.configure(device, backing_fd, flags, name)
                         if not ready:
                             # A new device: its node may trail GET_FREE. Waited for without
                             # the lock; another thread drawing it meanwhile makes one of the

@@ -138,6 +138,12 @@ class LinuxPool:
     def free_bytes(self) -> int:
         return statvfs_stats(str(self._root)).available_bytes
 
+    def writable(self) -> bool | None:
+        if not self._root.is_dir():
+            return None
+        # access(2) fails with EROFS on a read-only mount, for root too.
+        return os.access(self._root, os.W_OK)
+
 
 def _copy_fd_sparse(src: int, dst: int) -> None:
     try:
