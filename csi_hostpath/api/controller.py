@@ -12,10 +12,11 @@ from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.api import convert
 from csi_hostpath.api.copy_pool import CopyPool
 from csi_hostpath.api.status import RpcServicer, rpc
-from csi_hostpath.core.errors import NotImplementedHere
+from csi_hostpath.core.conditions import Problem
 from csi_hostpath.service.controller import ControllerService, CreatedVolume
 from csi_hostpath.service.controller.group_snapshots import GroupSnapshots
 from csi_hostpath.service.controller.modify import ModifyService
+from csi_hostpath.service.controller.volume_condition import HEALTHY
 from csi_hostpath.service.teardown import Room, retry_when_full
 
 T = TypeVar("T")
@@ -38,11 +39,16 @@ CAPABILITIES = (
     RPC.GET_VOLUME,
     RPC.VOLUME_CONDITION,
     RPC.MODIFY_VOLUME,
+    RPC.GET_VOLUME_HEALTH,
+    RPC.LIST_VOLUME_HEALTH,
 )
 
 
-def _condition(state: tuple[bool, str]) -> pb.VolumeCondition:
-    return pb.VolumeCondition(abnormal=state[0], message=state[1])
+def _condition(problems: list[Problem]) -> pb.VolumeCondition:
+    """The v1.12 VolumeCondition: the worst problem's message."""
+    if not problems:
+        return pb.VolumeCondition(abnormal=False, message=HEALTHY)
+    return pb.VolumeCondition(abnormal=True, message=problems[0].message)
 
 
 class ControllerServicer(RpcServicer, pb_grpc.ControllerServicer):
@@ -156,7 +162,7 @@ class ControllerServicer(RpcServicer, pb_grpc.ControllerServicer):
                     status=pb.ListVolumesResponse.VolumeStatus(
                         published_node_ids=item.published_node_ids,
                         volume_condition=_condition(
-                            self.service.condition(item.volume, item.published_node_ids)
+                            self.service.problems(item.volume, item.published_node_ids)
                         ),
                     ),
                 )
@@ -258,12 +264,12 @@ class ControllerServicer(RpcServicer, pb_grpc.ControllerServicer):
     ) -> pb.ControllerGetVolumeResponse:
         item = self.service.get_volume(request.volume_id)
         c = self.service.created(item.volume)
-        abnormal, message = self.service.condition(item.volume, item.published_node_ids)
+        problems = self.service.problems(item.volume, item.published_node_ids)
         return pb.ControllerGetVolumeResponse(
             volume=convert.volume_to_pb(c.volume, c.volume_context, c.topology),
             status=pb.ControllerGetVolumeResponse.VolumeStatus(
                 published_node_ids=item.published_node_ids,
-                volume_condition=pb.VolumeCondition(abnormal=abnormal, message=message),
+                volume_condition=_condition(problems),
             ),
         )
 
@@ -274,15 +280,24 @@ class ControllerServicer(RpcServicer, pb_grpc.ControllerServicer):
         self.modify.modify(request.volume_id, request.mutable_parameters)
         return pb.ControllerModifyVolumeResponse()
 
-    # CSI v1.13's controller health RPCs; their capabilities are not advertised yet.
     @rpc
     def ControllerGetVolumeHealth(
         self, request: pb.ControllerGetVolumeHealthRequest, context: grpc.ServicerContext
     ) -> pb.ControllerGetVolumeHealthResponse:
-        raise NotImplementedHere("ControllerGetVolumeHealth is not served yet")
+        item = self.service.get_volume(request.volume_id)
+        problems = self.service.problems(item.volume, item.published_node_ids)
+        return pb.ControllerGetVolumeHealthResponse(
+            volume_health=convert.volume_health_to_pb(item.volume.volume_id, problems)
+        )
 
     @rpc
     def ControllerListVolumeHealth(
         self, request: pb.ControllerListVolumeHealthRequest, context: grpc.ServicerContext
     ) -> pb.ControllerListVolumeHealthResponse:
-        raise NotImplementedHere("ControllerListVolumeHealth is not served yet")
+        # ListVolumes' pages and tokens; a page lists only its abnormal volumes, as the spec asks.
+        listed, next_token = self.service.list_volumes(request.starting_token, request.max_entries)
+        entries = []
+        for item in listed:
+            if problems := self.service.problems(item.volume, item.published_node_ids):
+                entries.append(convert.volume_health_to_pb(item.volume.volume_id, problems))
+        return pb.ControllerListVolumeHealthResponse(entries=entries, next_token=next_token)

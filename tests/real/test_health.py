@@ -1,5 +1,6 @@
-"""CSI v1.13's NodeGetVolumeHealth and NodeGetStorageHealth on real loop devices, ext4 and a tmpfs
-pool: each condition is caused for real, seen with its kind and reason, and seen to clear.
+"""CSI v1.13's health RPCs (the node's two, and the controller's two where it sees the volume)
+on real loop devices, ext4 and a tmpfs pool: each condition is caused for real, seen with its
+kind and reason, and seen to clear.
 
 - INACCESSIBLE: the volume's backing file is gone from the pool (moved aside, then back);
 - DATA_LOSS: ext4 counted an error (`/sys/fs/ext4/<dev>/trigger_fs_error`, the kernel's own way
@@ -14,7 +15,8 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -39,6 +41,29 @@ def _health(client: Client, volume_id: str, target: Path | None = None) -> list[
     ).volume_health
     assert health.volume_id == volume_id
     return [(e.status, e.reason) for e in health.health_statuses]
+
+
+def _controller(client: Client, volume_id: str) -> list[tuple[int, str]]:
+    """ControllerGetVolumeHealth, checked against ControllerListVolumeHealth's entry."""
+    health = client.controller.ControllerGetVolumeHealth(
+        pb.ControllerGetVolumeHealthRequest(volume_id=volume_id)
+    ).volume_health
+    assert health.volume_id == volume_id
+    got = [(e.status, e.reason) for e in health.health_statuses]
+    listed = client.controller.ControllerListVolumeHealth(pb.ControllerListVolumeHealthRequest())
+    entries = [e for e in listed.entries if e.volume_id == volume_id]
+    assert [[(s.status, s.reason) for s in e.health_statuses] for e in entries] == (
+        [got] if got else []
+    ), "the list names only abnormal volumes, as the get does"
+    return got
+
+
+def _eventually(check: Callable[[], bool], seconds: float = 10) -> None:
+    """The controller reads the node's heartbeat, written on the node's next fence pass."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "not seen in time"
+        time.sleep(0.2)
 
 
 def _storage(client: Client) -> list[tuple[int, str]]:
@@ -77,6 +102,10 @@ def test_the_capabilities_are_advertised(workdir: Path) -> None:
         RPC = pb.NodeServiceCapability.RPC
         assert {RPC.GET_VOLUME_HEALTH, RPC.GET_STORAGE_HEALTH} <= types
         assert RPC.VOLUME_CONDITION in types  # the v1.12 way stays for the COs that read it
+        ctl = client.controller.ControllerGetCapabilities(pb.ControllerGetCapabilitiesRequest())
+        CRPC = pb.ControllerServiceCapability.RPC
+        ctl_types = {c.rpc.type for c in ctl.capabilities}
+        assert {CRPC.GET_VOLUME_HEALTH, CRPC.LIST_VOLUME_HEALTH, CRPC.VOLUME_CONDITION} <= ctl_types
 
 
 def test_a_missing_backing_file_is_inaccessible_then_clears(workdir: Path) -> None:
@@ -87,16 +116,18 @@ def test_a_missing_backing_file_is_inaccessible_then_clears(workdir: Path) -> No
         (backing,) = pool.rglob(f"{vol.volume_id}*.img")
         aside = backing.with_name("aside")
         os.link(backing, aside)
+        assert _controller(client, vol.volume_id) == []
         backing.unlink()
         try:
-            assert _health(client, vol.volume_id, target) == [
-                (Status.INACCESSIBLE, "BackingFileMissing")
-            ]
+            gone = [(Status.INACCESSIBLE, "BackingFileMissing")]
+            assert _health(client, vol.volume_id, target) == gone
+            assert _controller(client, vol.volume_id) == gone
             assert _condition(client, vol.volume_id, target).abnormal
         finally:
             os.link(aside, backing)
             aside.unlink()
         assert _health(client, vol.volume_id, target) == []
+        assert _controller(client, vol.volume_id) == []
         h.release(client, vol.volume_id, staging, target)
 
 
@@ -114,8 +145,10 @@ def test_ext4_errors_are_data_loss_until_fsck(workdir: Path) -> None:
             h.release(client, vol.volume_id, staging, target)
             pytest.skip("this kernel's ext4 has no trigger_fs_error")
         trigger.write_text("a test of the driver's health report\n")
-        assert (Status.DATA_LOSS, "FilesystemErrors") in _health(client, vol.volume_id, target)
+        lost = (Status.DATA_LOSS, "FilesystemErrors")
+        assert lost in _health(client, vol.volume_id, target)
         assert "I/O error" in _condition(client, vol.volume_id, target).message
+        _eventually(lambda: lost in _controller(client, vol.volume_id))
 
         # The operator's cure the message names: unstage, fsck, stage again.
         h.node_unpublish(client, vol.volume_id, target)
@@ -130,6 +163,7 @@ def test_ext4_errors_are_data_loss_until_fsck(workdir: Path) -> None:
         h.stage(client, vol, staging, cap, ctx)
         h.node_publish(client, vol.volume_id, staging, target, cap, publish_context=ctx)
         assert _health(client, vol.volume_id, target) == []
+        _eventually(lambda: _controller(client, vol.volume_id) == [])
         h.release(client, vol.volume_id, staging, target)
 
 
@@ -142,6 +176,7 @@ def test_a_full_pool_degrades_volume_and_storage_then_clears(workdir: Path) -> N
             assert _health(client, vol.volume_id, target) == []  # room left: no write fails
         with _filled(pool):
             assert (Status.DEGRADED, "PoolFull") in _health(client, vol.volume_id, target)
+            assert (Status.DEGRADED, "PoolFull") in _controller(client, vol.volume_id)
             assert (Storage.STORAGE_DEGRADED, "PoolBelowReserve") in _storage(client)
         assert _health(client, vol.volume_id, target) == []
         assert _storage(client) == []

@@ -17,6 +17,7 @@ from pathlib import Path
 from csi_hostpath.config import Config, PoolScope
 from csi_hostpath.core import access
 from csi_hostpath.core.capacity import refuse_below_reserve
+from csi_hostpath.core.conditions import Problem
 from csi_hostpath.core.context_keys import (
     FS_TYPE_KEY,
 )
@@ -43,7 +44,7 @@ from csi_hostpath.service.controller.placement import (
 )
 from csi_hostpath.service.controller.pool_truth import discard, making
 from csi_hostpath.service.controller.snapshots import Snapshots
-from csi_hostpath.service.controller.volume_condition import volume_condition
+from csi_hostpath.service.controller.volume_condition import volume_problems
 from csi_hostpath.service.guard import InFlight
 from csi_hostpath.service.lost_volumes import loss_of, release_lost
 from csi_hostpath.store.backing import identity
@@ -351,9 +352,9 @@ class ControllerService:
             # The node must refresh the loop device's size, and grow the filesystem on it.
             return size, True
 
-    def condition(self, volume: Volume, holders: Sequence[str]) -> tuple[bool, str]:
-        """(abnormal, message) for the volume's backing store, and what its holders saw."""
-        return volume_condition(volume, holders, self.system.pool, self.layout)
+    def problems(self, volume: Volume, holders: Sequence[str]) -> list[Problem]:
+        """The volume's backing store's problems, and what its holders saw, worst first."""
+        return volume_problems(volume, holders, self.system.pool, self.layout)
 
     def get_volume(self, volume_id: str) -> ListedVolume:
         volume = self._require_volume(volume_id)

@@ -1,5 +1,6 @@
-"""The controller's VolumeCondition: the backing file as the pool has it, and what the volume's
-holders have seen of its health.
+"""The controller's view of a volume's health (the v1.12 VolumeCondition and CSI v1.13's
+ControllerGetVolumeHealth): the backing file as the pool has it, and what the volume's holders
+have seen of its health.
 
 The controller can't see a node's filesystems (in the chart's shape it runs on another machine),
 so each node plugin counts the filesystem errors of the volumes it has staged and reports them in
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from csi_hostpath.core import conditions
+from csi_hostpath.core.conditions import Problem, VolumeHealth
 from csi_hostpath.core.model import Volume
 from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.base import Pool
@@ -28,24 +30,42 @@ def node_io_errors(layout: PoolLayout, volume_id: str, holders: Iterable[str]) -
     return ""
 
 
-def volume_condition(
+# The message of a volume with no problem, for the v1.12 VolumeCondition.
+HEALTHY = "backing file present, size as recorded"
+
+
+def volume_problems(
     volume: Volume, holders: Iterable[str], pool: Pool, layout: PoolLayout
-) -> tuple[bool, str]:
-    """(abnormal, message) for the volume's backing file, the pool's room, and its holders."""
+) -> list[Problem]:
+    """The volume's problems, worst first, from its backing file, the pool's room, and its
+    holders' heartbeats: the v1.12 VolumeCondition is the first one, v1.13's health all."""
     path = layout.volume_file(volume.volume_id)
     size = pool.size(path)
     if size is None:
-        return True, (
-            f"the backing file {path} is missing: the volume's data is gone; restore it "
-            "from a snapshot or delete the volume"
-        )
+        return [
+            Problem(
+                VolumeHealth.INACCESSIBLE,
+                "BackingFileMissing",
+                f"the backing file {path} is missing: the volume's data is gone; restore it "
+                "from a snapshot or delete the volume",
+            )
+        ]
+    found = []
     if size != volume.capacity_bytes:
-        return True, (
-            f"the backing file is {size} bytes, but the volume should have "
-            f"{volume.capacity_bytes}; it was changed outside the driver"
+        # Cut short, the file lost the volume's tail; grown, it only holds more than promised.
+        kind = VolumeHealth.DATA_LOSS if size < volume.capacity_bytes else VolumeHealth.DEGRADED
+        found.append(
+            Problem(
+                kind,
+                "SizeChanged",
+                f"the backing file is {size} bytes, but the volume should have "
+                f"{volume.capacity_bytes}; it was changed outside the driver",
+            )
         )
     if pool.free_bytes() == 0:
-        return True, conditions.pool_full(str(layout.root))
+        found.append(
+            Problem(VolumeHealth.DEGRADED, "PoolFull", conditions.pool_full(str(layout.root)))
+        )
     if seen := node_io_errors(layout, volume.volume_id, holders):
-        return True, seen
-    return False, "backing file present, size as recorded"
+        found.append(Problem(VolumeHealth.DATA_LOSS, "FilesystemErrors", seen))
+    return found
