@@ -22,8 +22,10 @@ V1_FILES = {
 }
 V2_KEYS = {"read_bps": "rbps", "write_bps": "wbps", "read_iops": "riops", "write_iops": "wiops"}
 # Kubelet's pod cgroups sit a few levels down (kubepods/burstable/pod<uid>, or the systemd
-# driver's kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice).
-POD_SEARCH_DEPTH = 4
+# driver's kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice), below the
+# kubelet's --cgroup-root when it has one (kubepods under /NAME/NODE is depth 5). The walk never
+# enters another pod's cgroup (only its containers are there), so the depth costs little.
+POD_SEARCH_DEPTH = 8
 
 
 class IoTuner(Protocol):
@@ -38,6 +40,11 @@ class IoTuner(Protocol):
 
 def _name(device: str) -> str:
     return os.path.basename(device)
+
+
+def _is_pod(name: str) -> bool:
+    """A pod's own cgroup: pod<uid> (cgroupfs) or kubepods-<qos>-pod<uid>.slice (systemd)."""
+    return name.startswith("pod") or "-pod" in name
 
 
 def _dev_numbers(device: str) -> str:
@@ -82,7 +89,7 @@ class LinuxIoTuner:
                 found.append(here)
                 dirnames.clear()
                 continue
-            if len(here.parts) - base_depth >= POD_SEARCH_DEPTH:
+            if _is_pod(here.name) or len(here.parts) - base_depth >= POD_SEARCH_DEPTH:
                 dirnames.clear()
         return found
 

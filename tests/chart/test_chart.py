@@ -205,6 +205,15 @@ def test_node_plugin_is_privileged_and_sees_dev(rendered: Rendered) -> None:
     assert flag(driver, "mode") == "node"
 
 
+def test_node_plugin_sees_the_hosts_cgroups(rendered: Rendered) -> None:
+    # A VolumeAttributesClass's limits go into the cgroups of the volume's pods. Without the host's
+    # /sys/fs/cgroup the plugin saw only its own container's cgroup (cgroup v1) and put the limits
+    # there, throttling nothing: seen in the real cluster (make cluster-e2e, experiment h).
+    spec = node_pod(rendered)
+    driver = container(spec, "csi-hostpath")
+    assert host_path_at(spec, driver, "/sys/fs/cgroup") == "/sys/fs/cgroup"
+
+
 def test_node_id_is_the_kubernetes_node_name(rendered: Rendered) -> None:
     for spec in (controller_pod(rendered), node_pod(rendered)):
         driver = container(spec, "csi-hostpath")

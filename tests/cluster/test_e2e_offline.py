@@ -128,7 +128,7 @@ def test_the_manifests_it_applies_are_valid_kubernetes() -> None:
 
 
 def test_until_returns_the_value_or_names_what_it_waited_for() -> None:
-    seen = iter([None, False, "there"])
+    seen = iter([None, False, [], "", "there"])
     assert until("x", lambda: next(seen), 5, interval=0.01) == "there"
     with pytest.raises(Failed, match="timed out after 0 s waiting for the thing"):
         until("the thing", lambda: None, 0.05, interval=0.01)

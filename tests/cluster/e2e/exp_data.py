@@ -6,12 +6,14 @@ the pod's cgroup); a group snapshot of two claims."""
 from __future__ import annotations
 
 import functools
+import json
 import os
 from pathlib import Path
 
 from tests.cluster.e2e.context import (
     GROUP_API,
     GROUPSNAPCLASS,
+    IMMEDIATE,
     SNAP_API,
     SNAPCLASS,
     THROTTLED,
@@ -99,42 +101,103 @@ def _df_kib(ctx: Ctx, ns: str, name: str) -> int:
     return int(ctx.kube.exec(ns, name, ["df", "-k", "/data"]).splitlines()[-1].split()[1])
 
 
+def _capacity(ctx: Ctx, ns: str, claim: str) -> str:
+    return str(
+        (((ctx.kube.pvc(ns, claim) or {}).get("status") or {}).get("capacity") or {}).get("storage")
+    )
+
+
+def _grown(ctx: Ctx, ns: str, name: str, before: int) -> int | None:
+    n = _df_kib(ctx, ns, name)
+    return n if n > before * 2 else None
+
+
+def _expand(ctx: Ctx, ns: str, claim: str, size: str) -> None:
+    body = json.dumps({"spec": {"resources": {"requests": {"storage": size}}}})
+    ctx.kube.kubectl("-n", ns, "patch", "pvc", claim, "--type=merge", "-p", body)
+
+
+# ext4 grows online through EXT4_IOC_RESIZE_FS, which needs CAP_SYS_RESOURCE; a host that withholds
+# it from root (this project's machines) makes the driver refuse NodeExpandVolume, naming it, and
+# grow the filesystem at the next NodeStage instead.
+NO_SYS_RESOURCE = "lacks CAP_SYS_RESOURCE"
+
+
 @experiment("g", "online expansion of a mounted claim; the pod sees the new size")
 def online_expansion(ctx: Ctx) -> None:
     ns = ctx.namespace("e2e-g")
     k = ctx.kube
-    k.apply([pvc("grow", ns), pod("user", ns, "grow", "sleep 3600")])
-    k.wait_pod_ready(ns, "user")
-    before = _df_kib(ctx, ns, "user")
-    k.kubectl(
-        "-n",
-        ns,
-        "patch",
-        "pvc",
-        "grow",
-        "--type=merge",
-        "-p",
-        '{"spec":{"resources":{"requests":{"storage":"160Mi"}}}}',
-    )
-    until(
-        "the claim's capacity 160Mi",
-        lambda: (
-            ((k.pvc(ns, "grow") or {}).get("status") or {}).get("capacity", {}).get("storage")
-            == "160Mi"
-        ),
-        180,
-    )
+    cls = k.get("storage.k8s.io/v1", "StorageClass", IMMEDIATE) or {}
+    params = {**(cls.get("parameters") or {}), "csi.storage.k8s.io/fstype": "xfs"}
+    k.apply([{
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "e2e-xfs"},
+        "provisioner": cls.get("provisioner"), "parameters": params, "allowVolumeExpansion": True,
+    }])  # fmt: skip
+    try:
+        k.apply([
+            pvc("grow-xfs", ns, size="320Mi", sc="e2e-xfs"),
+            pod("xfs", ns, "grow-xfs", "sleep 3600"),
+            pvc("grow-ext4", ns),
+            pod("ext4", ns, "grow-ext4", "sleep 3600"),
+        ])  # fmt: skip
+        k.wait_pod_ready(ns, "xfs")
+        k.wait_pod_ready(ns, "ext4")
+        before = {n: _df_kib(ctx, ns, n) for n in ("xfs", "ext4")}
+        _expand(ctx, ns, "grow-xfs", "800Mi")
+        _expand(ctx, ns, "grow-ext4", "160Mi")
+        until(
+            "the xfs claim's capacity 800Mi",
+            lambda: _capacity(ctx, ns, "grow-xfs") == "800Mi",
+            240,
+            2,
+        )
+        after = until(
+            "the xfs pod's filesystem grown", lambda: _grown(ctx, ns, "xfs", before["xfs"]), 60
+        )
+        log(f"  xfs, online: df in the pod {before['xfs']} KiB -> {after} KiB")
+        expect(
+            "the pod kept running",
+            (k.pod(ns, "xfs") or {})["status"]["containerStatuses"][0]["restartCount"] == 0,
+        )
 
-    def grown() -> int | None:
-        n = _df_kib(ctx, ns, "user")
-        return n if n > before * 2 else None
+        vol4 = k.volume_handle(ns, "grow-ext4")
+        node4 = (k.pod(ns, "ext4") or {})["spec"]["nodeName"]
 
-    after = until("the pod's filesystem grown", grown, 120)
-    log(f"  df in the pod: {before} KiB -> {after} KiB")
-    expect(
-        "the pod kept running",
-        (k.pod(ns, "user") or {})["status"]["containerStatuses"][0]["restartCount"] == 0,
-    )
+        def ext4_done() -> str | None:
+            if _capacity(ctx, ns, "grow-ext4") == "160Mi":
+                return "online"
+            # The kubelet logs the refusal but records no event; the node plugin's log has it.
+            plugin = ctx.node_plugin(node4)["metadata"]["name"]
+            text = k.logs(ctx.driver_ns, plugin, "csi-hostpath")
+            refused = f"method=NodeExpandVolume volume_id='{vol4}'"
+            lines = [x for x in text.splitlines() if refused in x and "FAILED_PRECONDITION" in x]
+            return "refused" if lines else None
+
+        how = until(
+            "the ext4 claim grown online, or refused for want of CAP_SYS_RESOURCE",
+            ext4_done,
+            240,
+            2,
+        )
+        if how == "refused":
+            log(f"  ext4: online resize refused ({NO_SYS_RESOURCE}); a new pod stages it grown")
+            k.kubectl("-n", ns, "delete", "pod", "ext4", "--wait=true")
+            k.apply([pod("ext4-again", ns, "grow-ext4", "sleep 3600")])
+            k.wait_pod_ready(ns, "ext4-again")
+            after4 = until(
+                "the ext4 filesystem grown",
+                lambda: _grown(ctx, ns, "ext4-again", before["ext4"]),
+                60,
+            )
+            until(
+                "the ext4 claim's capacity 160Mi",
+                lambda: _capacity(ctx, ns, "grow-ext4") == "160Mi",
+                120,
+                2,
+            )
+            log(f"  ext4, at the next stage: {before['ext4']} KiB -> {after4} KiB")
+    finally:
+        k.kubectl("delete", "storageclass", "e2e-xfs", "--ignore-not-found", check=False)
 
 
 def _cgroup_rules(pod_uid: str, device: str) -> list[str]:

@@ -27,8 +27,8 @@ class Failed(Exception):
 
 
 def until(what: str, probe: Callable[[], T | None], timeout: float, interval: float = 1.0) -> T:
-    """Poll probe until it returns something other than None (or False); fail after timeout
-    naming `what` and, when the probe raised, its last error."""
+    """Poll probe until it returns something true (not None, False, an empty list or string); fail
+    after timeout naming `what` and, when the probe raised, its last error."""
     deadline = time.monotonic() + timeout
     last = ""
     while True:
@@ -36,7 +36,7 @@ def until(what: str, probe: Callable[[], T | None], timeout: float, interval: fl
             got = probe()
         except (Failed, subprocess.CalledProcessError) as e:
             got, last = None, _why(e)
-        if got is not None and got is not False:
+        if got:
             return got
         if time.monotonic() >= deadline:
             raise Failed(
