@@ -149,3 +149,11 @@ def test_holds_fails_as_soon_as_the_condition_stops() -> None:
         holds("it", lambda: next(flips), 30, interval=0.01)
     assert time.monotonic() - start < 5
     holds("always", lambda: True, 0.05, interval=0.01)
+
+
+def test_the_snapshot_controller_runs_the_pinned_release() -> None:
+    from tests.cluster.e2e.chart import pinned
+
+    assert pinned("CSI_SNAPSHOTTER_VERSION").startswith("v8.")
+    with pytest.raises(Failed):
+        pinned("NO_SUCH_VERSION")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tests.cluster.e2e.context import DRIVER, Ctx, log
 from tests.cluster.e2e.kube import Failed, Kube, until
+from tests.cluster.e2e.nodes import REPO
 
 # The local shape's pool and state: directories of each node's own (/var/lib/csi-hostpath is the
 # node's, in the cluster from binaries and in a kind node alike), beside the shared shape's, which
@@ -28,6 +29,15 @@ SHAPE_VALUES = {
 GROUP_GATE = "--feature-gates=CSIVolumeGroupSnapshot=true"
 
 
+def pinned(name: str) -> str:
+    """A version of tools/cluster/versions.env (NAME=VALUE lines)."""
+    for line in (REPO / "tools" / "cluster" / "versions.env").read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key == name:
+            return value.strip()
+    raise Failed(f"tools/cluster/versions.env names no {name}")
+
+
 class Installer:
     def __init__(
         self, kube: Kube, helm: str, chart: Path, release: str, namespace: str, extra: list[str]
@@ -39,7 +49,9 @@ class Installer:
         self.namespace = namespace
         self.extra = extra
         self.shape = ""
-        self.snapshot_controller_image = "registry.k8s.io/sig-storage/snapshot-controller:v8.6.0"
+        self.snapshot_controller_image = (
+            f"registry.k8s.io/sig-storage/snapshot-controller:{pinned('CSI_SNAPSHOTTER_VERSION')}"
+        )
 
     def helm(self, *args: str, timeout: float = 600) -> str:
         done = subprocess.run(
