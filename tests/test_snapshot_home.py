@@ -86,3 +86,63 @@ def test_the_home_is_carried_only_when_it_is_a_plain_node_name() -> None:
         assert snapshot_home(new_snapshot_id(odd)) is None
     assert is_snapshot_id(new_snapshot_id("n" * 80)) and len(new_snapshot_id("n" * 80)) <= 128
     assert not is_snapshot_id("snap-" + "0" * 32 + "@../x")
+
+
+def _topologies(snap: pb.Snapshot) -> list[dict[str, str]]:
+    return [dict(t.segments) for t in snap.accessible_topology]
+
+
+def test_a_local_snapshot_reports_its_node_as_its_topology(nodes: tuple[Client, Client]) -> None:
+    """CSI v1.13's snapshot topology: the plugin says SNAPSHOT_ACCESSIBILITY_CONSTRAINTS, and
+    a local-scope snapshot is usable from its own node only, in every RPC that returns it."""
+    a, _ = nodes
+    caps = a.identity.GetPluginCapabilities(pb.GetPluginCapabilitiesRequest()).capabilities
+    Service = pb.PluginCapability.Service
+    assert Service.SNAPSHOT_ACCESSIBILITY_CONSTRAINTS in {c.service.type for c in caps}
+    src = h.create(a, "src", h.mount_cap("ext4"), 8 * MiB)
+    snap = a.controller.CreateSnapshot(
+        pb.CreateSnapshotRequest(source_volume_id=src.volume_id, name="s")
+    ).snapshot
+    assert _topologies(snap) == [{KEY: "node-a"}]
+    got = a.controller.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=snap.snapshot_id))
+    assert _topologies(got.snapshot) == [{KEY: "node-a"}]
+    listed = a.controller.ListSnapshots(pb.ListSnapshotsRequest(snapshot_id=snap.snapshot_id))
+    assert [_topologies(e.snapshot) for e in listed.entries] == [[{KEY: "node-a"}]]
+
+
+def test_a_snapshot_asked_for_another_node_is_resource_exhausted(
+    nodes: tuple[Client, Client],
+) -> None:
+    a, _ = nodes
+    src = h.create(a, "src", h.mount_cap("ext4"), 8 * MiB)
+
+    def snapshot(name: str, *nodes_asked: str) -> pb.Snapshot:
+        wanted = [pb.Topology(segments={KEY: n}) for n in nodes_asked]
+        request = pb.CreateSnapshotRequest(
+            source_volume_id=src.volume_id,
+            name=name,
+            accessibility_requirements=pb.TopologyRequirement(requisite=wanted, preferred=wanted),
+        )
+        return a.controller.CreateSnapshot(request).snapshot
+
+    err = h.expect_code(C.RESOURCE_EXHAUSTED, snapshot, "elsewhere", "node-b")
+    assert "node-a" in (err.details() or "")
+    assert not a.controller.ListSnapshots(pb.ListSnapshotsRequest()).entries  # nothing was cut
+    assert _topologies(snapshot("here", "node-b", "node-a")) == [{KEY: "node-a"}]
+
+
+def test_a_shared_pool_snapshot_has_no_topology(workdir: Path) -> None:
+    from csi_hostpath.system.fake import fake_system
+
+    def system(pool: Path) -> object:
+        return fake_system(pool, capacity_bytes=64 << 20)
+
+    with in_process(workdir, "s", "--pool-scope", "shared", system=system) as client:
+        caps = client.identity.GetPluginCapabilities(pb.GetPluginCapabilitiesRequest())
+        Service = pb.PluginCapability.Service
+        assert Service.SNAPSHOT_ACCESSIBILITY_CONSTRAINTS not in {
+            c.service.type for c in caps.capabilities
+        }
+        src = h.create(client, "src", h.mount_cap("ext4"), 8 * MiB)
+        request = pb.CreateSnapshotRequest(source_volume_id=src.volume_id, name="s")
+        assert _topologies(client.controller.CreateSnapshot(request).snapshot) == []

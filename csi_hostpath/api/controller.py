@@ -13,6 +13,7 @@ from csi_hostpath.api import convert
 from csi_hostpath.api.copy_pool import CopyPool
 from csi_hostpath.api.status import RpcServicer, rpc
 from csi_hostpath.core.conditions import Problem
+from csi_hostpath.core.model import Snapshot
 from csi_hostpath.service.controller import ControllerService, CreatedVolume
 from csi_hostpath.service.controller.group_snapshots import GroupSnapshots
 from csi_hostpath.service.controller.modify import ModifyService
@@ -194,6 +195,14 @@ class ControllerServicer(RpcServicer, pb_grpc.ControllerServicer):
             capabilities=[pb.ControllerServiceCapability(rpc=RPC(type=t)) for t in CAPABILITIES]
         )
 
+    def _snapshot(self, snap: Snapshot, group_id: str | None = None) -> pb.Snapshot:
+        """The snapshot with its group and, in local scope, the node it can be restored on."""
+        return convert.snapshot_to_pb(
+            snap,
+            group_id=self.groups.group_of(snap.snapshot_id) if group_id is None else group_id,
+            topology=self.service.snapshot_topology(snap.snapshot_id),
+        )
+
     @rpc
     def CreateSnapshot(
         self, request: pb.CreateSnapshotRequest, context: grpc.ServicerContext
@@ -202,10 +211,11 @@ class ControllerServicer(RpcServicer, pb_grpc.ControllerServicer):
             f"snapshot:{request.name}\0{request.source_volume_id}",
             f"CreateSnapshot {request.name!r}",
             context,
-            lambda: self.service.create_snapshot(request.source_volume_id, request.name),
+            lambda: self.service.create_snapshot(
+                request.source_volume_id, request.name, convert.topology_requirement(request)
+            ),
         )
-        group_id = self.groups.group_of(snap.snapshot_id)
-        return pb.CreateSnapshotResponse(snapshot=convert.snapshot_to_pb(snap, group_id=group_id))
+        return pb.CreateSnapshotResponse(snapshot=self._snapshot(snap))
 
     @rpc
     def DeleteSnapshot(
@@ -228,7 +238,7 @@ class ControllerServicer(RpcServicer, pb_grpc.ControllerServicer):
         return pb.ListSnapshotsResponse(
             entries=[
                 pb.ListSnapshotsResponse.Entry(
-                    snapshot=convert.snapshot_to_pb(s, group_id=groups.get(s.snapshot_id, ""))
+                    snapshot=self._snapshot(s, groups.get(s.snapshot_id, ""))
                 )
                 for s in snaps
             ],
@@ -239,9 +249,9 @@ class ControllerServicer(RpcServicer, pb_grpc.ControllerServicer):
     def GetSnapshot(
         self, request: pb.GetSnapshotRequest, context: grpc.ServicerContext
     ) -> pb.GetSnapshotResponse:
-        snap = self.service.get_snapshot(request.snapshot_id)
-        group_id = self.groups.group_of(snap.snapshot_id)
-        return pb.GetSnapshotResponse(snapshot=convert.snapshot_to_pb(snap, group_id=group_id))
+        return pb.GetSnapshotResponse(
+            snapshot=self._snapshot(self.service.get_snapshot(request.snapshot_id))
+        )
 
     @rpc
     def ControllerExpandVolume(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from google.protobuf import timestamp_pb2
 
@@ -63,7 +63,9 @@ def content_source_to_pb(source: ContentSource | None) -> pb.VolumeContentSource
     )
 
 
-def topology_requirement(request: pb.CreateVolumeRequest) -> TopologyRequirement | None:
+def topology_requirement(
+    request: pb.CreateVolumeRequest | pb.CreateSnapshotRequest,
+) -> TopologyRequirement | None:
     if not request.HasField("accessibility_requirements"):
         return None
     req = request.accessibility_requirements
@@ -88,7 +90,9 @@ def volume_to_pb(
     return out
 
 
-def snapshot_to_pb(snap: Snapshot, *, group_id: str = "") -> pb.Snapshot:
+def snapshot_to_pb(
+    snap: Snapshot, *, group_id: str = "", topology: Iterable[Mapping[str, str]] = ()
+) -> pb.Snapshot:
     created = timestamp_pb2.Timestamp()
     created.FromNanoseconds(int(snap.created_at * 1e9))
     return pb.Snapshot(
@@ -98,6 +102,7 @@ def snapshot_to_pb(snap: Snapshot, *, group_id: str = "") -> pb.Snapshot:
         creation_time=created,
         ready_to_use=snap.ready,
         group_snapshot_id=group_id,
+        accessible_topology=[pb.Topology(segments=t) for t in topology],
     )
 
 

@@ -44,6 +44,10 @@ class IdentityServicer(RpcServicer, pb_grpc.IdentityServicer):
             caps.append(Cap(service=Cap.Service(type=Cap.Service.SNAPSHOT_METADATA_SERVICE)))
         if self.config.pool_scope == PoolScope.LOCAL:
             caps.append(Cap(service=Cap.Service(type=Cap.Service.VOLUME_ACCESSIBILITY_CONSTRAINTS)))
+            # A local pool's snapshots restore on its node only (their accessible_topology).
+            caps.append(
+                Cap(service=Cap.Service(type=Cap.Service.SNAPSHOT_ACCESSIBILITY_CONSTRAINTS))
+            )
         # Filesystems grow while mounted (xfs_growfs, resize2fs) and loop devices take a new
         # capacity live, so expansion needs no unpublish.
         caps.append(Cap(volume_expansion=Cap.VolumeExpansion(type=Cap.VolumeExpansion.ONLINE)))

@@ -81,6 +81,8 @@ KNOWN_PLUGIN_SERVICES = {
     "GROUP_CONTROLLER_SERVICE",
     # CSI 1.10 added it; the driver serves SnapshotMetadata on the same socket.
     "SNAPSHOT_METADATA_SERVICE",
+    # CSI 1.13; csi-test v5.6.0's identity.go knows it.
+    "SNAPSHOT_ACCESSIBILITY_CONSTRAINTS",
 }
 KNOWN_EXPANSION_MODES = {"ONLINE", "OFFLINE"}
 # csi-sanity's pattern for plugin names: a letter, then letters, digits, '-', '.', '_' (and, as
@@ -145,6 +147,9 @@ KNOWN_CONTROLLER_CAPS = {
     "GET_VOLUME",
     "VOLUME_CONDITION",
     "SINGLE_NODE_MULTI_WRITER",
+    # CSI 1.13; csi-test v5.6.0 knows them.
+    "GET_VOLUME_HEALTH",
+    "LIST_VOLUME_HEALTH",
 }
 
 

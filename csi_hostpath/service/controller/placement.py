@@ -50,6 +50,13 @@ def serves(config: Config, segment: Mapping[str, str]) -> bool:
     return segment.get(config.topology_key) == config.node_id
 
 
+def snapshot_topology(config: Config, snapshot_id: str) -> list[dict[str, str]]:
+    """Where a snapshot can be restored: in local scope, only on the node whose pool holds it."""
+    if config.pool_scope == PoolScope.SHARED:
+        return []
+    return [{config.topology_key: snapshot_home(snapshot_id) or config.node_id}]
+
+
 def choose_segment(config: Config, requirement: TopologyRequirement | None) -> None:
     """Accept the request's topology if this pool serves one of its segments, tried preferred
     first and in order, then requisite; refuse it (RESOURCE_EXHAUSTED) otherwise."""

@@ -41,6 +41,7 @@ from csi_hostpath.service.controller.placement import (
     choose_segment,
     missing_source,
     serves,
+    snapshot_topology,
 )
 from csi_hostpath.service.controller.pool_truth import discard, making
 from csi_hostpath.service.controller.snapshots import Snapshots
@@ -85,12 +86,9 @@ class ControllerService:
         self.consistency = consistency or (lambda volume_id: nullcontext())
         self.capacity = Capacity(config, store, system, layout)
         self.ledger = PublishLedger(
-            store,
-            layout,
-            self.inflight,
-            node_grace=config.node_grace,
+            store, layout, self.inflight, node_grace=config.node_grace,
             max_volumes_per_node=config.max_volumes_per_node,
-        )
+        )  # fmt: skip
         self.snapshots = Snapshots(
             store, system, layout, self.inflight, self.capacity, self.consistency
         )
@@ -362,8 +360,14 @@ class ControllerService:
         return ListedVolume(volume, holders)
 
     # ----- snapshots (snapshots.py) -----
-    def create_snapshot(self, source_volume_id: str, name: str) -> Snapshot:
+    def create_snapshot(
+        self, source_volume_id: str, name: str, topology: TopologyRequirement | None = None
+    ) -> Snapshot:
+        choose_segment(self.config, topology)  # a local pool cuts snapshots for its node only
         return self.snapshots.create_snapshot(source_volume_id, name)
+
+    def snapshot_topology(self, snapshot_id: str) -> list[dict[str, str]]:
+        return snapshot_topology(self.config, snapshot_id)
 
     def delete_snapshot(self, snapshot_id: str) -> None:
         self.snapshots.delete_snapshot(snapshot_id)
