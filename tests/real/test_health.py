@@ -6,6 +6,7 @@ kind and reason, and seen to clear.
 - DATA_LOSS: ext4 counted an error (`/sys/fs/ext4/<dev>/trigger_fs_error`, the kernel's own way
   to raise one); fsck between an unstage and the next stage clears it;
 - DEGRADED: the pool is full (a file of the test's own fills the tmpfs), then has room again;
+  a snapshot's freeze held past half of --max-freeze-seconds, then thawed;
 - STORAGE_DEGRADED: the pool below its reserve, then read-only (a read-only bind mount of the
   test's own over it);
 - STORAGE_UNREACHABLE: the pool directory gone (renamed away, then back)."""
@@ -15,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +26,7 @@ import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.core.capacity import POOL_RESERVE_BYTES
+from csi_hostpath.service.node.freeze import TEST_HOLD_ENV
 from tests import helpers as h
 from tests.conftest import Client, in_process, on_small_pool
 
@@ -208,6 +211,34 @@ def test_a_pool_directory_gone_is_storage_unreachable_then_clears(workdir: Path)
         finally:
             aside.rename(pool)
         assert _storage(client) == []
+
+
+def test_a_freeze_held_too_long_is_degraded_then_clears(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot's freeze held 3 s (the freeze module's test hook) with --max-freeze-seconds 4:
+    past half of that it is DEGRADED (Frozen); thawed when the snapshot is cut, it clears."""
+    monkeypatch.setenv(TEST_HOLD_ENV, "3")
+    with in_process(workdir, "drv", "--max-freeze-seconds", "4") as client:
+        vol, staging, target = h.in_use(client, workdir, "a", h.mount_cap("ext4"))
+        assert _health(client, vol.volume_id, target) == []
+        request = pb.CreateSnapshotRequest(source_volume_id=vol.volume_id, name="s")
+        cut = threading.Thread(target=client.controller.CreateSnapshot, args=(request,))
+        cut.start()
+        try:
+            _eventually(
+                lambda: (Status.DEGRADED, "Frozen") in _health(client, vol.volume_id, target), 5
+            )
+        finally:
+            cut.join(30)
+        monkeypatch.delenv(TEST_HOLD_ENV)
+        assert _health(client, vol.volume_id, target) == []
+        snaps = client.controller.ListSnapshots(pb.ListSnapshotsRequest()).entries
+        for entry in snaps:
+            client.controller.DeleteSnapshot(
+                pb.DeleteSnapshotRequest(snapshot_id=entry.snapshot.snapshot_id)
+            )
+        h.release(client, vol.volume_id, staging, target)
 
 
 def test_a_healthy_block_volume_reports_nothing_wrong(workdir: Path) -> None:

@@ -88,7 +88,7 @@ class NodeService:
         self.tuning = NodeTuning(MutableRecords(layout.root), system.io, config.state_dir)
         self.volumes = StagedVolumes(
             self.node_id, store, system, layout, self.mounts, self.inline, self.freezes,
-            self.inflight,
+            self.inflight, config.max_freeze_seconds / 2,
         )  # fmt: skip
         # Where the CO's staging and target paths may never resolve to (node_paths.py).
         self.paths = DriverDirs(

@@ -55,8 +55,9 @@ class StagedVolumes:
     inline: InlineVolumes
     freezes: Freezes
     inflight: InFlight
-    # NodeGetVolumeHealth calls a volume DEGRADED once a freeze is this old (seconds).
-    frozen_after: float = 10.0
+    # NodeGetVolumeHealth calls a volume DEGRADED once a freeze is this old (seconds): the node
+    # passes half of --max-freeze-seconds, a freeze half-way to its watchdog's thaw.
+    frozen_after: float = 15.0
 
     def expand(self, volume_id: str, volume_path: str, required_bytes: int) -> int:
         """Make the loop device and the filesystem on it follow a grown backing file."""
