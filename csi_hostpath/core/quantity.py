@@ -95,4 +95,6 @@ def describe_bytes(n: int) -> str:
     if n < 1 << 10:
         return f"{n} byte{'' if n == 1 else 's'}"
     short = format_bytes(n)
-    return short if parse_bytes(short) == n else f"{short} ({n} bytes)"
+    # The exact value, not parse_bytes: a figure rounded up near the int64 limit ("8.0Ei") is
+    # past the largest size a request may hold, and a message must still be written for it.
+    return short if parse_quantity(short) == n else f"{short} ({n} bytes)"

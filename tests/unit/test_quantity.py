@@ -9,6 +9,7 @@ from fractions import Fraction
 import pytest
 
 from csi_hostpath.core.errors import InvalidRequest
+from csi_hostpath.core.quantity import MAX_BYTES, describe_bytes
 from csi_hostpath.service.node.inline import parse_size
 
 KiB, MiB, GiB, TiB, PiB, EiB = (1 << (10 * n) for n in range(1, 7))
@@ -96,3 +97,11 @@ def test_the_exact_value_keeps_sign_and_fraction() -> None:
     assert parse_quantity("-1.5Ki") == Fraction(-1536)
     assert parse_quantity("100m") == Fraction(1, 10)
     assert parse_quantity("1e-3") == Fraction(1, 1000)
+
+
+def test_a_size_that_rounds_past_the_largest_is_still_described() -> None:
+    """Near the int64 limit the short figure rounds up beyond it: the message keeps the exact count
+    instead of failing (ControllerExpandVolume answered INTERNAL for such a request)."""
+    n = 9165725961657778177
+    assert describe_bytes(n) == f"8.0Ei ({n} bytes)"
+    assert describe_bytes(MAX_BYTES).endswith(f"Ei ({MAX_BYTES} bytes)")
