@@ -110,7 +110,7 @@ def test_a_churn_whose_test_was_killed_stops_and_sweeps_its_devices() -> None:
             "    print(churn.pid, flush=True)\n"
             "    time.sleep(600)\n",
         ],
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=Path(__file__).resolve().parents[2],
         stdout=subprocess.PIPE,
         text=True,
     )

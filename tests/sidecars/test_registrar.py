@@ -123,6 +123,9 @@ def test_healthz_fails_once_the_registration_socket_is_gone(
     _handle, registrar, registry = driver_and_registrar(spawn, sidecar, workdir)
     kubelet = FakeKubelet(registry)
     kubelet.close()
+    # The socket is bound a moment before the registrar records it as its own: until then its
+    # health says it is still starting (503), which is not what this test is about.
+    wait_until("the registrar to be healthy", lambda: registrar.healthz()[0] != 503)
     assert registrar.healthz() == (200, "ok")
     kubelet.socket.unlink()  # a kubelet that wiped its plugins_registry
     status, body = registrar.healthz()
