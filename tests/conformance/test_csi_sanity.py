@@ -43,6 +43,21 @@ SPLIT_EXPECTED_FAILURES = frozenset(
         "Node Service NodeGetVolumeStats should fail when volume does not exist on the "
         "specified path",
         "Node Service NodeExpandVolume should work if node-expand is called after node-publish",
+        # v5.6.0's, CSI 1.13: it stages the same way before it asks for the volume's health.
+        "Node Service NodeGetVolumeHealth should return health for a valid volume",
+    }
+)
+
+# csi-test v5.6.0's snapshot-topology spec (controller.go) checks each returned topology with
+# gomega's Equal, which is reflect.DeepEqual: it also compares the protobuf structs' internal
+# size caches. The topology it expects was marshalled into two requests (cache set, 48), the one
+# the driver returns was only unmarshalled (cache 0), so equal segments still fail. Any driver
+# that reports a snapshot's accessible_topology (the field is optional; local scope reports it)
+# fails this one spec; the message shows both sides with the same segments.
+UPSTREAM_FAILURES = frozenset(
+    {
+        "CreateSnapshot [Controller Server] should succeed when creating a snapshot with "
+        "accessibility requirements",
     }
 )
 
@@ -137,11 +152,14 @@ def test_csi_sanity_mode_all(spawn: Spawn, workdir: Path, access_type: str) -> N
         workdir, access_type, workdir / "all.sock", f"--csi.testvolumeaccesstype={access_type}"
     )
     print(report.summary())
-    assert not report.failed, report.summary()
-    # 95 of 96 today: the first release's 77, GetSnapshot's three, the attach limit, ModifyVolume's
-    # eight and GroupController's six; the last is pending in csi-sanity itself. See
-    # docs/conformance.md; a drop here means a spec stopped passing.
-    assert len(report.passed) >= 95, report.summary()
+    assert set(report.failed) <= UPSTREAM_FAILURES, report.summary()
+    for why in report.failed.values():
+        assert "sizeCache" in why and why.count("hostpath.csi.dev/node") >= 1, why
+    # 101 of 103 at v5.6.0: the first release's 77, GetSnapshot's three, the attach limit,
+    # ModifyVolume's eight, GroupController's six and the CSI 1.13 health specs' six; one is
+    # pending in csi-sanity itself, one is UPSTREAM_FAILURES. See docs/conformance.md; a drop
+    # here means a spec stopped passing.
+    assert len(report.passed) >= 101, report.summary()
 
 
 def test_csi_sanity_split_controller_and_node(spawn: Spawn, workdir: Path) -> None:
