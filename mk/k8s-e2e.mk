@@ -1,0 +1,20 @@
+# Kubernetes' external storage e2e suite against the driver, in the real cluster from binaries
+# (tools/cluster/k8s-e2e.sh; docs/conformance.md). Needs root. Included by the main Makefile.
+# CLUSTER_NAME=NAME runs it on a cluster of that name, beside the default one.
+
+# ginkgo processes: two cores run about three specs at a time before the waits grow long.
+K8S_E2E_PROCS ?= 3
+K8S_E2E_TIMEOUT ?= 150m
+# 1: only the [Disruptive] specs, serially.
+K8S_E2E_DISRUPTIVE ?= 0
+# 1: leave the cluster up at the end.
+K8S_E2E_KEEP ?= 0
+# Extra arguments for the script, e.g. K8S_E2E_ARGS=--dry-run.
+K8S_E2E_ARGS ?=
+
+.PHONY: k8s-e2e
+
+k8s-e2e: install  ## the Kubernetes external storage e2e suite on the real cluster: up, chart, suite, junit + summary, down (root)
+	@CLUSTER_NAME=$(CLUSTER_NAME) K8S_E2E_PROCS=$(K8S_E2E_PROCS) K8S_E2E_TIMEOUT=$(K8S_E2E_TIMEOUT) \
+		K8S_E2E_DISRUPTIVE=$(K8S_E2E_DISRUPTIVE) K8S_E2E_KEEP=$(K8S_E2E_KEEP) PY=$(CURDIR)/$(PY) \
+		bash tools/cluster/k8s-e2e.sh $(K8S_E2E_ARGS)

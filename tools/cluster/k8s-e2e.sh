@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# make k8s-e2e: Kubernetes' external storage e2e suite (e2e.test of k8s.io/kubernetes/test/e2e,
+# focus External.Storage) against the driver, in the real cluster from binaries.
+#
+#   tools/cluster/k8s-e2e.sh [--dry-run]
+#
+# Brings the cluster up (CLUSTER_NAME honoured), installs the snapshot CRDs and the
+# snapshot-controller from the pinned external-snapshotter module, then the chart twice with
+# helm: the default shared shape (tests/k8s_e2e/values.yaml, test-driver.yaml) and the local
+# shape under its own driver name (values-local.yaml, test-driver-local.yaml, topology and
+# capacity suites only). Runs the suite with ginkgo over e2e.test, writes into K8S_E2E_OUT a
+# junit report (junit.xml), ginkgo's JSON report (report.json), the summary (summary.md: passed,
+# failed and skipped counts, every skipped spec with its reason) and the driver pods' logs; then
+# brings the cluster down, on failure too. Exits with ginkgo's status. Needs root.
+#
+# Settings, from the environment (mk/k8s-e2e.mk passes its own):
+#   K8S_E2E_PROCS=3          ginkgo processes ([Serial] specs run alone at the end)
+#   K8S_E2E_TIMEOUT=150m     ginkgo's --timeout for the whole run
+#   K8S_E2E_FOCUS=RE         replace the default focus (both drivers' selections)
+#   K8S_E2E_SKIP=RE          default: \[Disruptive\]|\[Feature:SELinux\]
+#   K8S_E2E_DISRUPTIVE=1     run the [Disruptive] specs instead, one process, with an sshd in
+#                            each node (tools/cluster/node-ssh.sh) for their kubelet restarts
+#   K8S_E2E_LOCAL=0          leave out the local shape's release and specs
+#   K8S_E2E_KEEP=1           leave the cluster up at the end
+#   K8S_E2E_OUT=DIR          default .run/<cluster>/k8s-e2e
+# --dry-run prints each step and runs nothing.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+cd "$repo"
+
+DRY_RUN=0
+for arg in "$@"; do
+  case $arg in
+    --dry-run) DRY_RUN=1 ;;
+    -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
+    *) echo "k8s-e2e: unknown argument $arg (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+export CLUSTER_NAME=${CLUSTER_NAME:-}
+cluster_dir=${CLUSTER_NAME:-cluster}
+PROCS=${K8S_E2E_PROCS:-3}
+TIMEOUT=${K8S_E2E_TIMEOUT:-150m}
+DISRUPTIVE=${K8S_E2E_DISRUPTIVE:-0}
+LOCAL=${K8S_E2E_LOCAL:-1}
+KEEP=${K8S_E2E_KEEP:-0}
+OUT=${K8S_E2E_OUT:-$repo/.run/$cluster_dir/k8s-e2e}
+PY=${PY:-$repo/.venv/bin/python}
+SUITE=tests/k8s_e2e
+SHARED_DRIVER=loop.hostpath.csi.dev
+LOCAL_DRIVER=local.hostpath.csi.dev
+WAIT=300s
+
+# The reference (csi-driver-host-path's CI) skips these at first: Disruptive specs restart the
+# kubelet over SSH, and SELinux needs enforcing nodes.
+selinux='\[Feature:SELinux\]'
+if [ "$DISRUPTIVE" = 1 ]; then
+  SKIP=${K8S_E2E_SKIP:-$selinux}
+  PROCS=1
+else
+  SKIP=${K8S_E2E_SKIP:-'\[Disruptive\]|'$selinux}
+fi
+# Ginkgo ORs its --focus flags: every spec of the shared driver, and the local driver's topology
+# and capacity suites (the rest of the local shape runs the same code as the shared one).
+focus=()
+if [ -n "${K8S_E2E_FOCUS:-}" ]; then
+  focus=(--focus="$K8S_E2E_FOCUS")
+elif [ "$DISRUPTIVE" = 1 ]; then
+  focus=(--focus="External.Storage.*\[Disruptive\]")
+else
+  focus=(--focus="External.Storage \[Driver: ${SHARED_DRIVER//./\\.}\]")
+  [ "$LOCAL" = 1 ] &&
+    focus+=(--focus="External.Storage \[Driver: ${LOCAL_DRIVER//./\\.}\].*(topology|capacity)")
+fi
+drivers=(-storage.testdriver="$repo/$SUITE/test-driver.yaml")
+[ "$LOCAL" = 1 ] && drivers+=(-storage.testdriver="$repo/$SUITE/test-driver-local.yaml")
+
+step() { printf '\n=== %s %s\n' "$(date -u +%H:%M:%S)" "$*"; }
+run() {
+  printf '+ %s\n' "$*"
+  [ "$DRY_RUN" = 1 ] || "$@"
+}
+
+path_of() { bash tools/cluster/build.sh path "$1"; }
+E2E_TEST=$(path_of e2e.test)
+GINKGO=$(path_of ginkgo)
+KUBECTL=$(path_of kubectl)
+HELM=$(path_of helm)
+CRDS=$(path_of snapshot-crds)
+SNAP_CONTROLLER=$(path_of snapshot-controller-manifests)
+KUBECONFIG=$repo/.run/$cluster_dir/kubeconfig
+export KUBECONFIG
+
+# Whatever happened, the driver's logs are kept and the cluster goes down (unless K8S_E2E_KEEP).
+# shellcheck disable=SC2329 # called by finish, the EXIT trap
+collect_logs() {
+  local ns pod
+  mkdir -p "$OUT/logs"
+  for ns in csi-hostpath local-hostpath kube-system; do
+    for pod in $("$KUBECTL" -n "$ns" get pods -o name 2>/dev/null); do
+      "$KUBECTL" -n "$ns" logs "$pod" --all-containers --prefix --timestamps \
+        >"$OUT/logs/$ns.${pod#pod/}.log" 2>&1 || true
+    done
+  done
+}
+# shellcheck disable=SC2329 # the EXIT trap
+finish() {
+  local rc=$?
+  trap - EXIT
+  if [ "$DRY_RUN" = 0 ] && [ -f "$KUBECONFIG" ]; then
+    step "driver logs into $OUT/logs"
+    collect_logs
+  fi
+  if [ "$KEEP" = 1 ]; then
+    echo "k8s-e2e: the cluster stays up (K8S_E2E_KEEP=1): make cluster-down CLUSTER_NAME=$CLUSTER_NAME"
+  else
+    step "cluster down"
+    run bash tools/cluster/down.sh || rc=1
+  fi
+  exit "$rc"
+}
+
+step "programs: e2e.test, ginkgo, the cluster's (built once, cached)"
+run bash tools/cluster/build.sh all e2e >/dev/null
+step "images (cached; the suite's and the driver's)"
+run bash tools/cluster/images.sh build
+for image in registry.k8s.io/e2e-test-images/agnhost:2.59 registry.k8s.io/e2e-test-images/busybox:1.37.0-1 \
+  registry.k8s.io/e2e-test-images/nginx:1.14-4 registry.k8s.io/e2e-test-images/jessie-dnsutils:1.7; do
+  [ "$DRY_RUN" = 1 ] || bash tools/cluster/images.sh list | grep -q "^$image " ||
+    { echo "k8s-e2e: image $image is not built (tools/cluster/images.sh build $image)" >&2; exit 1; }
+done
+
+mkdir -p "$OUT"
+trap finish EXIT
+step "cluster up (${CLUSTER_NAME:-default})"
+run bash tools/cluster/up.sh
+
+if [ "$DISRUPTIVE" = 1 ]; then
+  # The [Disruptive] specs stop and start a node's kubelet over SSH (tools/cluster/node-ssh.sh).
+  step "an SSH server in each node, for the suite's kubelet restarts"
+  if [ "$DRY_RUN" = 0 ]; then
+    KUBE_SSH_KEY_PATH=$(bash tools/cluster/node-ssh.sh up)
+    export KUBE_SSH_KEY_PATH KUBE_SSH_USER=root
+  fi
+fi
+
+step "snapshot CRDs and snapshot-controller"
+# The CRDs one file each (the directory's kustomization.yaml is no object); the group snapshot
+# ones among them, which the chart looks for before it serves groups.
+for crd in "$CRDS"/*.storage.k8s.io_*.yaml; do run "$KUBECTL" apply -f "$crd"; done
+run "$KUBECTL" wait --for condition=established --timeout=60s crd --all
+for manifest in "$SNAP_CONTROLLER"/rbac-snapshot-controller.yaml "$SNAP_CONTROLLER"/setup-snapshot-controller.yaml; do
+  run "$KUBECTL" -n kube-system apply -f "$manifest"
+done
+# One replica on two cores; group snapshots are off by default in v8.6.0's controller.
+run "$KUBECTL" -n kube-system scale deploy/snapshot-controller --replicas=1
+run "$KUBECTL" -n kube-system patch deploy/snapshot-controller --type=json -p \
+  '[{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--feature-gates=CSIVolumeGroupSnapshot=true"}]'
+run "$KUBECTL" -n kube-system rollout status deploy/snapshot-controller --timeout="$WAIT"
+
+step "the chart, shared shape ($SHARED_DRIVER)"
+run "$HELM" upgrade --install csi-hostpath charts/csi-hostpath -n csi-hostpath --create-namespace \
+  -f "$SUITE/values.yaml" --wait --timeout "$WAIT"
+if [ "$LOCAL" = 1 ]; then
+  step "the chart, local shape ($LOCAL_DRIVER)"
+  run "$HELM" upgrade --install local-hostpath charts/csi-hostpath -n local-hostpath \
+    --create-namespace -f "$SUITE/values-local.yaml" --wait --timeout "$WAIT"
+fi
+step "every node's CSINode lists the drivers"
+want=$SHARED_DRIVER
+[ "$LOCAL" = 1 ] && want="$want $LOCAL_DRIVER"
+if [ "$DRY_RUN" = 0 ]; then
+  for _ in $(seq 120); do
+    missing=0
+    for node in $("$KUBECTL" get nodes -o name); do
+      got=$("$KUBECTL" get csinode "${node#node/}" -o jsonpath='{.spec.drivers[*].name}' 2>/dev/null) || got=
+      for d in $want; do [[ " $got " == *" $d "* ]] || missing=1; done
+    done
+    [ "$missing" = 0 ] && break
+    sleep 1
+  done
+  [ "$missing" = 0 ] || { echo "k8s-e2e: a CSINode lacks $want" >&2; "$KUBECTL" get csinode -o yaml >&2; exit 1; }
+fi
+
+step "e2e.test: ${focus[*]} --skip=$SKIP, $PROCS processes, timeout $TIMEOUT"
+rc=0
+echo "ginkgo's output: $OUT/ginkgo.log"
+run "$GINKGO" --procs="$PROCS" --timeout="$TIMEOUT" --no-color --silence-skips \
+  --output-dir="$OUT" --junit-report=junit.xml --json-report=report.json \
+  "${focus[@]}" --skip="$SKIP" "$E2E_TEST" -- \
+  -kubeconfig="$KUBECONFIG" -repo-root="$repo" -report-dir="$OUT/artifacts" \
+  "${drivers[@]}" >"$OUT/ginkgo.log" 2>&1 || rc=$?
+[ "$DRY_RUN" = 1 ] || tail -n 40 "$OUT/ginkgo.log"
+
+step "summary: $OUT/summary.md"
+run "$PY" -m tests.k8s_e2e.summary "$OUT/report.json" --skip "$SKIP" --out "$OUT/summary.md" \
+  --json "$OUT/summary.json"
+[ "$DRY_RUN" = 1 ] || cat "$OUT/summary.md"
+exit "$rc"
