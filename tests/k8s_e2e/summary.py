@@ -4,10 +4,10 @@ Ginkgo (v2) reports every spec of e2e.test, the thousands outside the run's focu
 with a State; a spec the suite itself skipped carries its reason as the failure message (the
 e2eskipper.Skipf text), one the run's --skip left out carries none. This counts only the specs of
 the External Storage suites: passed, failed (failed, panicked, timed out, interrupted, aborted),
-skipped by the suite (grouped by reason) and left out by --skip (named with the pattern). `make
-k8s-e2e` runs it as a program:
+skipped by the suite (grouped by reason) and left out by the run's --skip, grouped by the reason
+each part of it was given (--left-out REASON RE, once per part). `make k8s-e2e` runs it:
 
-    python -m tests.k8s_e2e.summary report.json --skip 'RE' --out summary.md --json summary.json
+    python -m tests.k8s_e2e.summary report.json --left-out 'why' 'RE' ... --out summary.md
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ class Summary:
     failed: list[Spec] = field(default_factory=list)
     # reason -> specs the suite skipped for it
     skipped: dict[str, list[Spec]] = field(default_factory=dict)
-    # specs the run's --skip pattern left out
-    excluded: list[Spec] = field(default_factory=list)
+    # reason -> specs the run's --skip left out for it
+    excluded: dict[str, list[Spec]] = field(default_factory=dict)
     pending: list[Spec] = field(default_factory=list)
 
     @property
@@ -53,7 +53,7 @@ class Summary:
             "passed": len(self.passed),
             "failed": len(self.failed),
             "skipped": self.skipped_count,
-            "excluded": len(self.excluded),
+            "excluded": sum(len(v) for v in self.excluded.values()),
             "pending": len(self.pending),
         }
 
@@ -71,7 +71,7 @@ def specs(reports: Iterable[Mapping[str, Any]]) -> list[Spec]:
             if rep.get("LeafNodeType") != "It":
                 continue
             name = spec_name(rep)
-            if not name.startswith(SUITE_PREFIX):
+            if SUITE_PREFIX not in name:
                 continue
             failure = rep.get("Failure") or {}
             found.append(
@@ -91,10 +91,12 @@ def _reason(message: str) -> str:
     return re.sub(r"^skipped\s*-?\s*", "", first, flags=re.IGNORECASE).strip()
 
 
-def summarize(found: Sequence[Spec], skip_pattern: str = "") -> Summary:
+def summarize(found: Sequence[Spec], left_out: Sequence[tuple[str, str]] = ()) -> Summary:
+    """left_out: (reason, regex) for each part of the run's --skip."""
     out = Summary()
-    skip_re = re.compile(skip_pattern) if skip_pattern else None
+    parts = [(reason, re.compile(rx)) for reason, rx in left_out]
     grouped: dict[str, list[Spec]] = defaultdict(list)
+    excluded: dict[str, list[Spec]] = defaultdict(list)
     for spec in found:
         if spec.state == "passed":
             out.passed.append(spec)
@@ -103,20 +105,21 @@ def summarize(found: Sequence[Spec], skip_pattern: str = "") -> Summary:
         elif spec.state == "pending":
             out.pending.append(spec)
         elif spec.state == "skipped":
-            if not spec.message and skip_re is not None and skip_re.search(spec.name):
-                out.excluded.append(spec)
-            elif not spec.message:
-                # Outside the run's focus (another driver's specs, for one): not part of the run.
-                continue
-            else:
+            if spec.message:
                 grouped[_reason(spec.message)].append(spec)
+                continue
+            why = next((reason for reason, rx in parts if rx.search(spec.name)), None)
+            if why is not None:
+                excluded[why].append(spec)
+            # else outside the run's focus (another driver's specs, for one): not in the run
         else:
             out.failed.append(spec)  # a state this tool does not know is not a pass
     out.skipped = dict(sorted(grouped.items(), key=lambda kv: (-len(kv[1]), kv[0])))
+    out.excluded = dict(excluded)
     return out
 
 
-def markdown(summary: Summary, skip_pattern: str) -> str:
+def markdown(summary: Summary) -> str:
     c = summary.counts()
     lines = [
         "# External storage e2e: summary",
@@ -140,9 +143,11 @@ def markdown(summary: Summary, skip_pattern: str) -> str:
             lines += [f"- {spec.name}" for spec in sorted(group, key=lambda s: s.name)]
             lines.append("")
     if summary.excluded:
-        lines += [f"## Left out by --skip `{skip_pattern}` ({len(summary.excluded)})", ""]
-        lines += [f"- {spec.name}" for spec in sorted(summary.excluded, key=lambda s: s.name)]
-        lines.append("")
+        lines += ["## Left out by the run's --skip, by reason", ""]
+        for reason, group in summary.excluded.items():
+            lines += [f"### {reason} ({len(group)})", ""]
+            lines += [f"- {spec.name}" for spec in sorted(group, key=lambda s: s.name)]
+            lines.append("")
     slowest = sorted(summary.passed, key=lambda s: -s.seconds)[:10]
     if slowest:
         lines += ["## Slowest passed specs", ""]
@@ -158,7 +163,7 @@ def as_json(summary: Summary) -> dict[str, Any]:
             {"name": s.name, "state": s.state, "message": s.message} for s in summary.failed
         ],
         "skipped": {reason: [s.name for s in group] for reason, group in summary.skipped.items()},
-        "excluded": [s.name for s in summary.excluded],
+        "excluded": {reason: [s.name for s in group] for reason, group in summary.excluded.items()},
         "passed": [{"name": s.name, "seconds": round(s.seconds, 1)} for s in summary.passed],
     }
 
@@ -166,7 +171,14 @@ def as_json(summary: Summary) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.k8s_e2e.summary", description=__doc__)
     parser.add_argument("report", type=Path, help="ginkgo's --json-report file")
-    parser.add_argument("--skip", default="", help="the run's --skip pattern")
+    parser.add_argument(
+        "--left-out",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("REASON", "RE"),
+        help="one part of the run's --skip and why it is there",
+    )
     parser.add_argument("--out", type=Path, help="write the Markdown summary here")
     parser.add_argument("--json", type=Path, help="write the summary as JSON here")
     args = parser.parse_args(argv)
@@ -175,8 +187,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"summary: no report at {args.report} (ginkgo did not get to write it)", file=sys.stderr
         )
         return 1
-    summary = summarize(specs(json.loads(args.report.read_text())), args.skip)
-    text = markdown(summary, args.skip)
+    left_out = [(reason, rx) for reason, rx in args.left_out]
+    summary = summarize(specs(json.loads(args.report.read_text())), left_out)
+    text = markdown(summary)
     if args.out:
         args.out.write_text(text + "\n")
     else:

@@ -8,7 +8,14 @@ from pathlib import Path
 
 from tests.k8s_e2e import summary
 
-SKIP = r"\[Disruptive\]|\[Feature:SELinux\]"
+LEFT_OUT = [
+    "--left-out",
+    "they restart the kubelet",
+    r"\[Disruptive\]",
+    "--left-out",
+    "no SELinux here",
+    r"\[Feature:SELinux\]",
+]
 DRIVER = "External Storage [Driver: loop.hostpath.csi.dev]"
 
 
@@ -75,7 +82,7 @@ def test_counts_only_the_suites_specs_and_groups_skips_by_reason(tmp_path: Path)
     report = tmp_path / "report.json"
     report.write_text(json.dumps(_report()))
     out, js = tmp_path / "summary.md", tmp_path / "summary.json"
-    assert summary.main([str(report), "--skip", SKIP, "--out", str(out), "--json", str(js)]) == 0
+    assert summary.main([str(report), *LEFT_OUT, "--out", str(out), "--json", str(js)]) == 0
 
     data = json.loads(js.read_text())
     assert data["counts"] == {"passed": 1, "failed": 1, "skipped": 2, "excluded": 1, "pending": 0}
@@ -84,10 +91,12 @@ def test_counts_only_the_suites_specs_and_groups_skips_by_reason(tmp_path: Path)
     )
     assert list(data["skipped"]) == [reason]
     assert len(data["skipped"][reason]) == 2
-    assert data["excluded"] == [
-        f"{DRIVER} [Testpattern: Dynamic PV (default fs)] disruptive [Disruptive] "
-        "should restart the kubelet"
-    ]
+    assert data["excluded"] == {
+        "they restart the kubelet": [
+            f"{DRIVER} [Testpattern: Dynamic PV (default fs)] disruptive [Disruptive] "
+            "should restart the kubelet"
+        ]
+    }
     text = out.read_text()
     assert "passed 1, failed 1, skipped by the suite 2, left out by --skip 1" in text
     assert "should mount multiple PV pointing to the same storage (failed, 12 s): Timed out" in text
