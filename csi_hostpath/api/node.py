@@ -9,6 +9,7 @@ from csi_hostpath.api.self_publish import SelfPublish
 from csi_hostpath.api.status import RpcServicer, rpc
 from csi_hostpath.core.model import AccessType
 from csi_hostpath.service.node import NodeService
+from csi_hostpath.service.node.limit import volume_limit
 from csi_hostpath.service.teardown import Room, retry_when_full
 
 RPC = pb.NodeServiceCapability.RPC
@@ -132,7 +133,11 @@ class NodeServicer(RpcServicer, pb_grpc.NodeServicer):
         topology = self.service.accessible_topology()
         response = pb.NodeGetInfoResponse(
             node_id=self.service.node_id,
-            max_volumes_per_node=self.service.config.max_volumes_per_node,
+            max_volumes_per_node=volume_limit(
+                self.service.system.loop,
+                self.service.node_id,
+                self.service.config.max_volumes_per_node,
+            ),
         )
         if topology:
             response.accessible_topology.CopyFrom(pb.Topology(segments=topology))

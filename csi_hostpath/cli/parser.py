@@ -197,7 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-volumes-per-node",
         type=_non_negative_int,
         default=0,
-        help="publications a node may hold (0: no limit)",
+        help=(
+            "publications a node may hold (0: no limit but the loop devices it can still get, "
+            "which NodeGetInfo reports either way)"
+        ),
     )
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     serve.add_argument(

@@ -105,7 +105,9 @@ def decide_publish(
     if max_volumes_per_node and node_publication_count >= max_volumes_per_node:
         raise NodeVolumeLimit(
             f"node {node_id!r} already holds {node_publication_count} volumes, its limit "
-            f"(--max-volumes-per-node {max_volumes_per_node})"
+            f"(--max-volumes-per-node {max_volumes_per_node}): unpublish one of them from it "
+            "(end a pod that uses it), publish this volume to another node, or start the "
+            "driver with a higher --max-volumes-per-node"
         )
     return Publish(
         Publication(

@@ -67,6 +67,17 @@ class LoopDevice:
 
 
 @dataclass(frozen=True, slots=True)
+class LoopCensus:
+    """The loop devices of this kernel, counted in one scan: what NodeGetInfo's volume limit
+    is made of (core/volume_limit.py)."""
+
+    devices: int  # loop devices the kernel has now, bound or not (/sys/block/loopN)
+    bound: int  # of them, attached to a backing file, by any process on this kernel
+    ours: int  # of the bound ones, carrying the tag prefix asked for (this node's volumes)
+    ceiling: int  # devices the kernel can have at most, made on demand by LOOP_CTL_GET_FREE
+
+
+@dataclass(frozen=True, slots=True)
 class MountEntry:
     """One line of /proc/self/mountinfo, reduced to what the driver needs."""
 
@@ -158,6 +169,10 @@ class Loop(Protocol):
 
     def list(self, tag_prefix: str = "") -> list[LoopDevice]:
         """Every configured loop device whose tag starts with tag_prefix."""
+
+    def census(self, tag_prefix: str) -> LoopCensus:
+        """Count the kernel's loop devices: all of them, the bound ones, and the bound ones
+        whose tag starts with tag_prefix."""
 
     def detach(self, device: LoopDevice) -> None:
         """Release the device if it still carries device's tag and backing file (its number may

@@ -28,6 +28,7 @@ from csi_hostpath.system.base import (
     CommandError,
     FsStats,
     Holder,
+    LoopCensus,
     LoopDevice,
     NoSpace,
     System,
@@ -168,6 +169,13 @@ class FakeLoop:
                 for index in sorted(self._kernel.devices)
                 if self._kernel.devices[index].tag.startswith(tag_prefix)
             ]
+
+    def census(self, tag_prefix: str) -> LoopCensus:
+        # A fake device exists only while it is attached: none sits unbound.
+        with self._kernel.lock:
+            tags = [d.tag for d in self._kernel.devices.values()]
+        ours = sum(1 for tag in tags if tag.startswith(tag_prefix))
+        return LoopCensus(len(tags), len(tags), ours, self._kernel.loop_ceiling)
 
     def detach(self, device: LoopDevice) -> None:
         _fake_index(device.path)

@@ -108,6 +108,8 @@ class FakeKernel:
     # Loop.watch callbacks: told of every device added or dropped, from a thread of their own,
     # as the real watch is (a uevent arrives on pyudev's thread).
     watchers: list[Callable[[str], None]] = field(default_factory=list)
+    # How many loop devices the kernel can have (LinuxLoop reads it from the minor space).
+    loop_ceiling: int = 1 << 20
     _fds: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:

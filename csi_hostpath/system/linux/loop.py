@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from csi_hostpath.system.base import Holder, LoopDevice
+from csi_hostpath.system.base import Holder, LoopCensus, LoopDevice
 from csi_hostpath.system.holders import holders_of_device
 from csi_hostpath.system.linux import loop_ioctl as kernel
 from csi_hostpath.system.linux._log import log
@@ -180,6 +180,17 @@ class LinuxLoop:
                 devices.append(device)
         self._index.merge(seen)
         return devices
+
+    def census(self, tag_prefix: str) -> LoopCensus:
+        devices = kernel.loop_devices()
+        bound = [index for index, attached in devices if attached]
+        # A device detached between the two reads has no tag any more: it counts as bound
+        # but not ours, which errs towards a smaller limit for one call.
+        tags = (kernel.read_tag(f"/dev/loop{index}") for index in bound)
+        ours = sum(1 for tag in tags if tag is not None and tag.startswith(tag_prefix))
+        return LoopCensus(
+            devices=len(devices), bound=len(bound), ours=ours, ceiling=kernel.device_ceiling()
+        )
 
     def detach(self, device: LoopDevice) -> None:
         """Release device if it is still the one described: its number may serve another

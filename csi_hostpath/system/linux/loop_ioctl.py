@@ -44,6 +44,8 @@ _LO_FLAGS_INDEX = 8  # and of lo_flags
 
 LOOP_CONTROL = "/dev/loop-control"
 SYS_BLOCK = "/sys/block"
+SYS_MODULE_LOOP = "/sys/module/loop"
+MINORBITS = 20  # include/linux/kdev_t.h: the bits of a device number's minor part
 _LOOP_NAME = re.compile(r"loop(\d+)")
 _LOOP_PATH = re.compile(r"/dev/loop(\d+)")
 
@@ -206,14 +208,30 @@ def read_tag(device: str) -> str | None:
     return None if status is None else status[0]
 
 
-def configured_loop_indices() -> list[int]:
-    indices: list[int] = []
+def loop_devices() -> list[tuple[int, bool]]:
+    """(N, bound) for every loop device the kernel has, bound to a backing file or not."""
+    found: list[tuple[int, bool]] = []
     for entry in os.scandir(SYS_BLOCK):
         match = _LOOP_NAME.fullmatch(entry.name)
-        # loop/ exists in sysfs only while a backing file is attached.
-        if match and os.path.exists(f"{SYS_BLOCK}/{entry.name}/loop/backing_file"):
-            indices.append(int(match.group(1)))
-    return sorted(indices)
+        if match:
+            # loop/ exists in sysfs only while a backing file is attached.
+            bound = os.path.exists(f"{SYS_BLOCK}/{entry.name}/loop/backing_file")
+            found.append((int(match.group(1)), bound))
+    return sorted(found)
+
+
+def configured_loop_indices() -> list[int]:
+    return [index for index, bound in loop_devices() if bound]
+
+
+def device_ceiling() -> int:
+    """How many loop devices this kernel can have. LOOP_CTL_GET_FREE makes a new device whenever
+    none is free, numbered without bound but for the minor number it needs (N << part_shift, of
+    MINORBITS); part_shift is fls(max_part). max_loop is not a bound here: it is how many devices
+    the kernel made at boot, and limits only the legacy autoload by opening a missing /dev/loopN."""
+    raw = read_sys(f"{SYS_MODULE_LOOP}/parameters/max_part")
+    max_part = int(raw) if raw is not None and raw.strip().isdigit() else 0
+    return (1 << MINORBITS) >> max_part.bit_length()
 
 
 def describe(index: int, tag: str) -> LoopDevice | None:
