@@ -439,6 +439,20 @@ def test_csidriver_spec(defaults: Rendered) -> None:
     assert spec["volumeLifecycleModes"] == ["Persistent"]
 
 
+def test_csidriver_asks_for_allocatable_updates(defaults: Rendered) -> None:
+    """The kubelet calls NodeGetInfo again every period (and after a RESOURCE_EXHAUSTED attach),
+    so CSINode's allocatable count follows the loop devices the node can still get."""
+    spec = defaults.one("CSIDriver")["spec"]
+    assert spec["nodeAllocatableUpdatePeriodSeconds"] == 60
+    spec = chart_tool.render({"node": {"allocatableUpdatePeriodSeconds": 30}}).one("CSIDriver")
+    assert spec["spec"]["nodeAllocatableUpdatePeriodSeconds"] == 30
+    # 0 leaves it out (a static count), and so does a cluster older than the field (1.33).
+    off = chart_tool.render({"node": {"allocatableUpdatePeriodSeconds": 0}}).one("CSIDriver")
+    assert "nodeAllocatableUpdatePeriodSeconds" not in off["spec"]
+    old = chart_tool.render(kube_version="1.32.0").one("CSIDriver")
+    assert "nodeAllocatableUpdatePeriodSeconds" not in old["spec"]
+
+
 def test_snapshots_can_be_turned_off_even_with_the_api() -> None:
     r = chart_tool.render({"snapshots": {"enabled": False}}, api_versions=[SNAPSHOT_API])
     assert not r.of_kind("VolumeSnapshotClass")
@@ -468,6 +482,8 @@ def test_kube_version_reaches_the_engine() -> None:
         ({"driverName": "Not_A_DNS_Name"}, "/driverName"),
         ({"metrics": {"port": 70000}}, "/metrics/port"),
         ({"nodes": {}}, "additional properties 'nodes'"),
+        # The API server refuses a period under 10 s.
+        ({"node": {"allocatableUpdatePeriodSeconds": 5}}, "/node/allocatableUpdatePeriodSeconds"),
     ],
 )
 def test_schema_refuses_bad_values(values: Obj, complaint: str) -> None:
