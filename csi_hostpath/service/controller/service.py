@@ -328,16 +328,18 @@ class ControllerService:
             return volume.capacity_bytes, False
         with self.inflight.hold(volume_id, "ControllerExpandVolume"):
             volume = self._require_volume(volume_id)
-            if required_bytes and required_bytes <= volume.capacity_bytes:
-                # Never a shrink: the volume already satisfies the request. The node step is
-                # still asked for: this may be the retry of a call whose answer was lost before
-                # the resizer saw it, and NodeExpandVolume is idempotent.
-                return volume.capacity_bytes, True
-            size = access.round_capacity(
-                required_bytes, limit_bytes, volume.fs_type, self.config.max_volume_size
-            )
             path = self.layout.volume_file(volume_id)
-            grow_by = size - (self.system.pool.size(path) or 0)
+            held = self.system.pool.size(path)
+            # Never a shrink: a record that satisfies the request answers it (with the node step:
+            # a lost answer's retry) once the file holds it too; an older copy of it holds less.
+            size = volume.capacity_bytes
+            if required_bytes > size:
+                size = access.round_capacity(
+                    required_bytes, limit_bytes, volume.fs_type, self.config.max_volume_size
+                )
+            elif held is None or held >= size:
+                return size, True
+            grow_by = size - (held or 0)
             # The growth is promised as a new volume would be (spec: OUT_OF_RANGE when it can't).
             with self.capacity.promise(f"grow:{volume_id}", grow_by, CapacityOutOfRange):
                 self.system.pool.grow(path, size)
