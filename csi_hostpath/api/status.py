@@ -42,6 +42,10 @@ STATUS_OF: dict[type[Exception], grpc.StatusCode] = {
     errors.Busy: grpc.StatusCode.ABORTED,
     errors.FreezeTimedOut: grpc.StatusCode.ABORTED,
     errors.BadPageToken: grpc.StatusCode.ABORTED,
+    # Not OUT_OF_RANGE: the kubelet takes that as infeasible (NodeResizeInfeasible) and waits
+    # for a smaller request, while this one succeeds unchanged once the file has grown; ABORTED
+    # (the volume's expansion is still pending) is retried, and is one of the spec's codes.
+    errors.NotGrownHere: grpc.StatusCode.ABORTED,
     # Transient, and not final to the kubelet (pkg/volume/csi/csi_client.go, isFinalError): the
     # stage stays uncertain and is retried until the other mount namespace lets go.
     errors.HeldElsewhere: grpc.StatusCode.UNAVAILABLE,

@@ -106,6 +106,11 @@ class OnlineResizeUnavailable(DriverError):
     """The filesystem can't grow while mounted here; it grows on its next stage."""
 
 
+class NotGrownHere(DriverError):
+    """The node's device holds less than the node expansion asks: the controller's growth has
+    not reached it yet, and asking for less would not help (ABORTED, retried)."""
+
+
 class TargetBusy(DriverError):
     """A path can't be unmounted now: a process or a nested mount holds it (the CO retries)."""
 

@@ -1,11 +1,13 @@
 """Expansion on the real driver along the paths where NodeExpandVolume could see an old size: a
 volume restored or cloned into a larger claim and then expanded, and a pool file smaller than
 its record (a pool restored from an older copy) that ControllerExpandVolume must grow rather
-than call done."""
+than call done. A node asked for more than its device holds, and a node step during a
+snapshot's freeze, answer a retriable code: asking for less would not help."""
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +19,7 @@ from csi_hostpath._pb import csi_pb2 as pb
 from tests import helpers as h
 from tests.conftest import Client
 from tests.real.test_data_features import Mounted, _from_source, _snapshot
+from tests.real.test_freeze import _staged, always_thawed, held_driver, snapshot
 
 C = grpc.StatusCode
 MiB = h.MiB
@@ -90,3 +93,40 @@ def test_expand_grows_a_pool_file_smaller_than_its_record(driver: Client, workdi
         assert backing.stat().st_size == 64 * MiB
         assert _node_expand(driver, m, 64 * MiB).capacity_bytes == 64 * MiB
         assert _device_size(m) == 64 * MiB
+
+
+def test_node_asked_past_its_device_answers_a_retriable_code(driver: Client, workdir: Path) -> None:
+    cap = h.block_cap()
+    vol = h.create(driver, "ahead", cap, 32 * MiB)
+    with mounted(driver, workdir, vol, cap, "ahead") as m:
+        # OUT_OF_RANGE or INVALID_ARGUMENT would mark the claim NodeResizeInfeasible (KEP-1790),
+        # though asking for less is no fix: the controller's growth has not reached the node.
+        err = h.expect_code(C.ABORTED, _node_expand, driver, m, 64 * MiB)
+        assert "controller" in (err.details() or "")
+        _expand(driver, vol.volume_id, 64 * MiB)
+        assert _node_expand(driver, m, 64 * MiB).capacity_bytes == 64 * MiB
+
+
+def test_node_expand_during_a_snapshot_freeze_is_aborted(workdir: Path) -> None:
+    # The snapshot's copy is held with the filesystem frozen: the expansion must answer a
+    # retriable code at once, never wait on the freeze nor call the request infeasible.
+    with held_driver(workdir) as (client, pool):
+        vol, staging = _staged(client, workdir, "frozen")
+        _expand(client, vol.volume_id, 64 * MiB)
+        with always_thawed(staging):
+            caller = threading.Thread(target=lambda: snapshot(client, vol.volume_id, "s"))
+            caller.start()
+            try:
+                assert pool.entered.wait(20)
+                # The controller's own step waits for the snapshot the same way.
+                h.expect_code(C.ABORTED, _expand, client, vol.volume_id, 96 * MiB)
+                request = pb.NodeExpandVolumeRequest(
+                    volume_id=vol.volume_id,
+                    volume_path=str(staging),
+                    capacity_range=pb.CapacityRange(required_bytes=64 * MiB),
+                )
+                err = h.expect_code(C.ABORTED, client.node.NodeExpandVolume, request, timeout=10)
+                assert "snapshot freeze" in (err.details() or "")
+            finally:
+                pool.release.set()
+                caller.join(30)

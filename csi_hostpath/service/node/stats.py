@@ -13,7 +13,7 @@ from csi_hostpath.core import access, conditions
 from csi_hostpath.core.capacity import POOL_RESERVE_BYTES
 from csi_hostpath.core.conditions import Problem, VolumeHealth
 from csi_hostpath.core.errors import (
-    CapacityOutOfRange,
+    NotGrownHere,
     NotStaged,
     OnlineResizeUnavailable,
     VolumeNotFound,
@@ -69,7 +69,7 @@ class StagedVolumes:
             self.system.loop.refresh_capacity(device.path)
             size = self.system.devices.size(device.path)
             if required_bytes and size < required_bytes:
-                raise CapacityOutOfRange(
+                raise NotGrownHere(
                     f"the backing file holds {size} bytes, less than the {required_bytes} "
                     "asked for; expand the volume through the controller first"
                 )
