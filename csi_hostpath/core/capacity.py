@@ -65,10 +65,28 @@ def promisable(
     sizes of all volumes never exceed that room times the ratio. With the ratio at 1.0 this is
     the free space minus what the existing sparse volumes may still grow into, so a thin pool
     never promises a byte it can't write. The reserve stays unpromised (teardown's room)."""
-    check_ratio(ratio)
     held = list(volumes)
-    room = max(0, free_bytes - reserve) + sum(min(v.allocated_bytes, v.size_bytes) for v in held)
-    promised = sum(v.size_bytes for v in held)
+    return promisable_sums(
+        free_bytes,
+        sum(min(v.allocated_bytes, v.size_bytes) for v in held),
+        sum(v.size_bytes for v in held),
+        ratio,
+        reserve,
+    )
+
+
+def promisable_sums(
+    free_bytes: int,
+    written: int,
+    promised: int,
+    ratio: float = DEFAULT_OVERCOMMIT_RATIO,
+    reserve: int = POOL_RESERVE_BYTES,
+) -> int:
+    """promisable() from the two sums it takes of the volumes: what they have written (each
+    counted up to its size) and their sizes. The service keeps both as running totals, so a
+    call costs the same with 10 volumes in the pool or 2,000."""
+    check_ratio(ratio)
+    room = max(0, free_bytes - reserve) + written
     return max(0, math.floor(room * ratio) - promised)
 
 

@@ -109,6 +109,16 @@ class Catalog(Connection):
         rows = self._read("SELECT volume_id, capacity_bytes FROM volumes")
         return [(r["volume_id"], r["capacity_bytes"]) for r in rows]
 
+    def volume_size(self, volume_id: str) -> int | None:
+        """One volume's size, None once its row is gone."""
+        rows = self._read("SELECT capacity_bytes FROM volumes WHERE volume_id=?", (volume_id,))
+        return int(rows[0]["capacity_bytes"]) if rows else None
+
+    def promised_bytes(self) -> int:
+        """The sum of every volume's size, kept in the same transaction as each row's change
+        (store/migrations.py, volume_totals): one row read, whatever the number of volumes."""
+        return int(self._read("SELECT capacity_bytes FROM volume_totals WHERE id=0")[0][0])
+
     def published_volume_ids(self) -> set[str]:
         """Volumes some node holds: the ones whose files may be written or trimmed now."""
         return {r["volume_id"] for r in self._read("SELECT DISTINCT volume_id FROM publications")}

@@ -88,8 +88,37 @@ _V2 = (
     "CREATE UNIQUE INDEX audit_by_event ON audit (event_id) WHERE event_id IS NOT NULL",
 )
 
+# The sum of every volume's size, which the thin-capacity rule needs on each CreateVolume and
+# GetCapacity: kept by triggers, so it changes in the same transaction as the row that moves it,
+# whichever statement that is, instead of being summed over every row on each call.
+_V3 = (
+    """CREATE TABLE volume_totals (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    capacity_bytes INTEGER NOT NULL
+)""",
+    "INSERT INTO volume_totals (id, capacity_bytes) "
+    "SELECT 0, COALESCE(SUM(capacity_bytes), 0) FROM volumes",
+    """CREATE TRIGGER volume_totals_insert AFTER INSERT ON volumes BEGIN
+    UPDATE volume_totals SET capacity_bytes = capacity_bytes + NEW.capacity_bytes WHERE id = 0;
+END""",
+    """CREATE TRIGGER volume_totals_delete AFTER DELETE ON volumes BEGIN
+    UPDATE volume_totals SET capacity_bytes = capacity_bytes - OLD.capacity_bytes WHERE id = 0;
+END""",
+    """CREATE TRIGGER volume_totals_resize AFTER UPDATE OF capacity_bytes ON volumes BEGIN
+    UPDATE volume_totals
+    SET capacity_bytes = capacity_bytes - OLD.capacity_bytes + NEW.capacity_bytes WHERE id = 0;
+END""",
+)
+
+# Derived state, derived again from the rows at every open: whatever wrote the file meanwhile (a
+# hand edit, a restored copy), the total starts equal to the rows' sum.
+_RECOUNT = (
+    "UPDATE volume_totals SET capacity_bytes = (SELECT COALESCE(SUM(capacity_bytes), 0) "
+    "FROM volumes) WHERE id = 0"
+)
+
 # MIGRATIONS[n] takes a database from version n to n + 1.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -120,6 +149,7 @@ def migrate(db: sqlite3.Connection, path: Path) -> None:
                     f"{SCHEMA_VERSION}: refusing to run an older driver on newer state"
                 )
             if current == SCHEMA_VERSION:
+                db.execute(_RECOUNT)
                 db.execute("COMMIT")
                 return
             for statement in MIGRATIONS[current]:

@@ -34,8 +34,14 @@ class ModelPool:
 
 
 def counted_room(cache: Allocations, pool: ModelPool, live: frozenset[str] = frozenset()) -> int:
-    held, free = cache.held([(k, 100 * MiB) for k in pool.files], pool.free(), live)
-    return free + sum(h.allocated_bytes for h in held)
+    # Sizes past any allocation, so that what the cache counts is each file's allocation whole.
+    written, free = cache.written(
+        pool.free(),
+        lambda: [(k, POOL) for k in pool.files],
+        lambda k: POOL if k in pool.files else None,
+        live,
+    )
+    return free + written
 
 
 def test_a_write_lowers_the_room_counted() -> None:

@@ -72,6 +72,8 @@ def test_the_turn_one_schema_upgrades_with_its_rows(tmp_path: Path) -> None:
         for _ in range(2):
             store.record("node:node-b", "fenced", "vol-1", "node-b", 3, "new", "ev-1")
         assert [e.reason for e in store.audit("vol-1")] == ["old fence", "new"]
+        # The running total of sizes starts as the sum of the rows the upgrade found.
+        assert store.promised_bytes() == 16 << 20
     finally:
         store.close()
     db = sqlite3.connect(path)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from csi_hostpath.config import Config, PoolScope
-from csi_hostpath.core.capacity import Held, promisable, refuse_unpromisable
+from csi_hostpath.core.capacity import promisable_sums, refuse_unpromisable
 from csi_hostpath.core.errors import (
     DriverError,
     NoCapacity,
@@ -101,7 +101,8 @@ def missing_source(config: Config, kind: str, source_id: str) -> Exception:
 @dataclass
 class Capacity:
     """The pool's promise book: measured on each call (the volumes' allocations through a
-    conservative cache, service/controller/allocations.py), serialised for the create path."""
+    conservative cache, service/controller/allocations.py; their sizes as the store's running
+    total), serialised for the create path."""
 
     config: Config
     store: Store
@@ -121,21 +122,31 @@ class Capacity:
             )
         )
 
-    def _held(self, free_now: int, live: Collection[str]) -> tuple[list[Held], int]:
+    def _sums(self, free_now: int, live: Collection[str]) -> tuple[int, int, int]:
+        """(free space to count, what the thin files have written, their sizes): from the
+        store's running total and the cache's, so no call reads every volume's row."""
         pool = self.system.pool
         # Inline ephemeral volumes are thin files in the same pool (service/node/inline.py),
         # made by node plugins with no row here, and written to while they exist.
-        inline = [
-            (str(path), size)
+        inline = {
+            str(path): size
             for path in self.layout.root.glob("inline/*/vol-*.img")
             if (size := pool.size(path)) is not None
-        ]
-        entries = [*self.store.volume_sizes(), *inline]
-        held, free = self.allocations.held(entries, free_now, {*live, *(k for k, _ in inline)})
+        }
+
+        def size_of(key: str) -> int | None:
+            return inline.get(key) if key.startswith("/") else self.store.volume_size(key)
+
+        written, free = self.allocations.written(
+            free_now,
+            lambda: [*self.store.volume_sizes(), *inline.items()],
+            size_of,
+            {*live, *inline},
+        )
         # A volume being created is promised before its row exists; its file may have written
         # nothing yet.
-        held += [Held(size, 0) for size in self._pending.values()]
-        return held, free
+        promised = self.store.promised_bytes() + sum(inline.values()) + sum(self._pending.values())
+        return free, written, promised
 
     def available(self, exact: bool = True) -> tuple[int, int]:
         """(bytes still promisable, the largest volume that can be made now). Exact measures
@@ -143,8 +154,8 @@ class Capacity:
         may be low after writes, and so the answer (a promise, checked again before a refusal)."""
         free_now = self.system.pool.free_bytes()
         live = self.store.published_volume_ids() if exact else ()
-        held, free = self._held(free_now, live)
-        available = promisable(free, held, self.config.overcommit_ratio)
+        free, written, promised = self._sums(free_now, live)
+        available = promisable_sums(free, written, promised, self.config.overcommit_ratio)
         limit = self.config.max_volume_size
         return available, min(available, limit) if limit else available
 
