@@ -64,7 +64,7 @@ def test_node_local_provisioner(local: Rendered) -> None:
     prov = container(node_pod(local), "csi-provisioner")
     for wanted in (
         "--node-deployment=true",
-        "--node-deployment-immediate-binding=false",
+        "--node-deployment-immediate-binding=true",
         "--enable-capacity",
         "--capacity-ownerref-level=1",
         "--strict-topology=true",

@@ -5,9 +5,13 @@ beside the driver running with its controller service for this node's pool alone
 external-provisioner's distributed provisioning (README of v6.3.0, "Deployment on each node"):
 --node-deployment with NODE_NAME set makes each instance create only the volumes whose selected
 node is its own, and delete only its own; --strict-topology and --immediate-topology=false keep
-CreateVolume's topology to that one node. Immediate binding is turned off
-(--node-deployment-immediate-binding=false): only WaitForFirstConsumer classes exist in this shape,
-so the scheduler, not a race between nodes, picks the node.
+CreateVolume's topology to that one node. The chart creates only the WaitForFirstConsumer class
+in this shape, so the scheduler picks the node by its capacity. Claims of an Immediate class a
+user writes are served too (--node-deployment-immediate-binding=true): the provisioners whose
+node matches the class's allowedTopologies (all of them when it has none) race to set the claim's
+selected-node annotation after a random delay, and the winner creates the volume on its node.
+An Immediate class with allowedTopologies naming one node is how a volume is pinned to a node
+before any pod exists.
 
 --enable-capacity publishes each node's GetCapacity as CSIStorageCapacity objects in the release
 namespace (NAMESPACE), owned by the DaemonSet: --capacity-ownerref-level=1 walks one level up from
@@ -29,7 +33,7 @@ node, which the snapshot-controller does only with --enable-distributed-snapshot
       "--extra-create-metadata"
       (printf "--default-fstype=%s" .Values.storageClasses.fsType)
       "--node-deployment=true"
-      "--node-deployment-immediate-binding=false"
+      "--node-deployment-immediate-binding=true"
       "--strict-topology=true"
       "--immediate-topology=false"
       "--enable-capacity"
