@@ -133,7 +133,7 @@ class Driver:
         while not self._stop.wait(self.config.heartbeat_interval):
             try:
                 if self.controller is not None:
-                    self.controller.import_events()
+                    self.controller.ledger.import_events()
                 if self.headroom is not None:
                     self.headroom.ensure()  # taken back once a full disk has room again
                 self.check_health()
@@ -202,8 +202,8 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
         if node is not None:
             node.reconcile()
         if controller is not None:
-            controller.reconcile()
-            controller.import_events()
+            controller.ledger.reconcile()
+            controller.ledger.import_events()
 
         metrics = build_metrics(config, store, layout, system)
         started = threading.Event()
@@ -217,7 +217,8 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
             modify = ModifyService(store, MutableRecords(layout.root))
             groups = GroupSnapshots(GroupRecords(layout.root), controller, consistency)
             pb_grpc.add_ControllerServicer_to_server(
-                ControllerServicer(controller, modify, groups, copies, headroom), server
+                ControllerServicer(controller, controller.ledger, modify, groups, copies, headroom),
+                server,
             )
             pb_grpc.add_GroupControllerServicer_to_server(
                 GroupControllerServicer(groups, copies), server
@@ -228,7 +229,7 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
         if node is not None:
             own = None
             if controller is not None and config.self_publish:
-                own = SelfPublish(controller, config.node_id)
+                own = SelfPublish(controller.ledger, config.node_id)
             pb_grpc.add_NodeServicer_to_server(NodeServicer(node, own, headroom), server)
         health_servicer = _health(server)
         _bind(server, config.socket_path)

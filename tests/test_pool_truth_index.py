@@ -118,7 +118,7 @@ def _publish_next(store: Store, volume_id: str, node_id: str) -> int:
     ) -> ledger.PublishDecision:
         return ledger.decide_publish(v, node_id, CAP, False, holders, count, 0, generation, 0.0)
 
-    return store.publish(volume_id, node_id, decide, "test").publication.generation
+    return store.publish_atomically(volume_id, node_id, decide, "test").publication.generation
 
 
 def test_an_adopted_volume_keeps_its_tokens_and_holders(pool: tuple[Store, PoolLayout]) -> None:

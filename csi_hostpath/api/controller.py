@@ -16,6 +16,7 @@ from csi_hostpath.core.conditions import Problem
 from csi_hostpath.core.model import Snapshot
 from csi_hostpath.service.controller import ControllerService, CreatedVolume
 from csi_hostpath.service.controller.group_snapshots import GroupSnapshots
+from csi_hostpath.service.controller.ledger import PublishLedger
 from csi_hostpath.service.controller.modify import ModifyService
 from csi_hostpath.service.controller.volume_condition import HEALTHY
 from csi_hostpath.service.teardown import Room, retry_when_full
@@ -56,12 +57,14 @@ class ControllerServicer(RpcServicer, pb_grpc.ControllerServicer):
     def __init__(
         self,
         service: ControllerService,
+        ledger: PublishLedger,
         modify: ModifyService,
         groups: GroupSnapshots,
         copies: CopyPool,
         room: Room | None = None,
     ) -> None:
         self.service = service
+        self.ledger = ledger  # ControllerPublishVolume and ControllerUnpublishVolume
         # A copy in --mode all freezes the volume where this process's node mounted it.
         self.shared_lookups = service.system.mounts.shared_lookups
         self.modify = modify
@@ -119,7 +122,7 @@ class ControllerServicer(RpcServicer, pb_grpc.ControllerServicer):
         self, request: pb.ControllerPublishVolumeRequest, context: grpc.ServicerContext
     ) -> pb.ControllerPublishVolumeResponse:
         cap = convert.capability(request.volume_capability)
-        publish_context = self.service.publish(
+        publish_context = self.ledger.publish(
             request.volume_id, request.node_id, cap, request.readonly
         )
         return pb.ControllerPublishVolumeResponse(publish_context=publish_context)
@@ -129,7 +132,7 @@ class ControllerServicer(RpcServicer, pb_grpc.ControllerServicer):
         self, request: pb.ControllerUnpublishVolumeRequest, context: grpc.ServicerContext
     ) -> pb.ControllerUnpublishVolumeResponse:
         retry_when_full(
-            self.room, lambda: self.service.unpublish(request.volume_id, request.node_id)
+            self.room, lambda: self.ledger.unpublish(request.volume_id, request.node_id)
         )
         return pb.ControllerUnpublishVolumeResponse()
 

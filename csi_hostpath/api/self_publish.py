@@ -14,12 +14,12 @@ from collections.abc import Mapping
 from csi_hostpath.api._log import log
 from csi_hostpath.core.context_keys import GENERATION_KEY
 from csi_hostpath.core.model import Capability
-from csi_hostpath.service.controller import ControllerService
+from csi_hostpath.service.controller.ledger import PublishLedger
 
 
 class SelfPublish:
-    def __init__(self, controller: ControllerService, node_id: str) -> None:
-        self.controller = controller
+    def __init__(self, ledger: PublishLedger, node_id: str) -> None:
+        self.ledger = ledger
         self.node_id = node_id
 
     def hold(
@@ -30,11 +30,11 @@ class SelfPublish:
         as ControllerPublishVolume is."""
         if GENERATION_KEY in publish_context:
             return dict(publish_context)
-        granted = self.controller.publish(volume_id, self.node_id, cap, False)
+        granted = self.ledger.publish(volume_id, self.node_id, cap, False)
         log.info("self-publish: node %s holds volume %s for NodeStage", self.node_id, volume_id)
         return {**publish_context, **granted}
 
     def release(self, volume_id: str) -> None:
         """After NodeUnstage: give the hold back, so the volume can be deleted."""
-        self.controller.unpublish(volume_id, self.node_id)
+        self.ledger.unpublish(volume_id, self.node_id)
         log.info("self-publish: node %s released volume %s", self.node_id, volume_id)

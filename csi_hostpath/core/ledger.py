@@ -100,7 +100,7 @@ def decide_publish(
 
     others = [h for h in holders if h.node_id != node_id]
     if others:
-        _check_sharing(volume.volume_id, cap.access_mode, ro, others)
+        refuse_multi_attach(volume.volume_id, cap.access_mode, ro, others)
 
     if max_volumes_per_node and node_publication_count >= max_volumes_per_node:
         raise NodeVolumeLimit(
@@ -132,7 +132,7 @@ def _check_not_silent(volume_id: str, node_id: str, age: float, grace: float) ->
         )
 
 
-def _check_sharing(
+def refuse_multi_attach(
     volume_id: str, mode: AccessMode, readonly: bool, others: Sequence[Publication]
 ) -> None:
     exclusive = [h for h in others if h.access_mode in SINGLE_NODE_MODES]

@@ -24,7 +24,7 @@ class TokenFloor:
 
 
 class Ledger(Connection):
-    def publish(
+    def publish_atomically(
         self,
         volume_id: str,
         node_id: str,

@@ -23,7 +23,7 @@ def _fence_one(driver: Driver, client: Client, tmp_path: Path) -> str:
     h.stage(client, vol, staging, cap, ctx)
     driver.store.force_detach(vol.volume_id, "node-a", lambda _p: None, "operator", "test")
     assert driver.controller is not None and driver.node is not None
-    driver.controller.reconcile()  # rewrites the lease the node reads
+    driver.controller.ledger.reconcile()  # rewrites the lease the node reads
     assert driver.node.fence_revoked() == [vol.volume_id]
     return str(vol.volume_id)
 
@@ -38,7 +38,7 @@ def test_a_fence_in_mode_all_is_audited_once(drv: tuple[Driver, Client], tmp_pat
     driver, client = drv
     volume_id = _fence_one(driver, client, tmp_path)
     assert driver.controller is not None
-    driver.controller.import_events()
+    driver.controller.ledger.import_events()
     fences = [e for e in driver.store.audit(volume_id) if e.action == "fenced"]
     assert len(fences) == 1, fences
     assert _fence_counter(driver) == 1
@@ -51,9 +51,9 @@ def test_an_event_imported_twice_is_one_row(drv: tuple[Driver, Client], tmp_path
     assert len(events) == 1
     saved = events[0].read_bytes()
     assert driver.controller is not None
-    driver.controller.import_events()
+    driver.controller.ledger.import_events()
     events[0].write_bytes(saved)  # as if the import crashed before it removed the file
-    driver.controller.import_events()
+    driver.controller.ledger.import_events()
     fences = [e for e in driver.store.audit(volume_id) if e.action == "fenced"]
     assert len(fences) == 1, fences
     assert not list(driver.layout.events.glob("*.json"))

@@ -44,7 +44,7 @@ def _publish(store: Store, volume_id: str, node: str) -> Publication | None:
         )
 
     try:
-        return store.publish(volume_id, node, decide, actor="test").publication
+        return store.publish_atomically(volume_id, node, decide, actor="test").publication
     except errors.PublishedElsewhere:
         return None
 

@@ -1,9 +1,10 @@
 """The publish ledger's use-cases: ControllerPublishVolume and ControllerUnpublishVolume, the
 lease files nodes read, the fences nodes report, and the operator's force-detach. The servicer
-(through ControllerService) and the `ledger` command both go through PublishLedger.
+(api/controller.py) and the `ledger` command both call PublishLedger directly.
 
-publish: decide and commit in one transaction (core.ledger.decide_publish under the store's
-write lock) → write the lease nodes read. A crash between the two heals on the attacher's retry.
+publish: decide and commit in one transaction (core.ledger.decide_publish, whose
+refuse_multi_attach turns a second node away, under the store's write lock) → write the lease
+nodes read. A crash between the two heals on the attacher's retry.
 """
 
 from __future__ import annotations
@@ -73,7 +74,10 @@ class PublishLedger:
                     node_grace=self.node_grace,
                 )
 
-            decision = self.store.publish(volume_id, node_id, decide, actor="controller")
+            # decide runs inside the store's BEGIN IMMEDIATE transaction: the write lock is taken
+            # before the holders are read, so two publishes of one volume, from two threads or
+            # from the controller and the `ledger` command, never both see it free.
+            decision = self.store.publish_atomically(volume_id, node_id, decide, actor="controller")
             # Written on every call, including repeats: a crash between the commit and this
             # write heals when the attacher retries.
             self.write_lease(volume_id)

@@ -1,9 +1,10 @@
-"""Controller use-cases: volumes in the pool, and the publish ledger.
+"""Controller use-cases: volumes in the pool.
 
 Order of operations (so that a crash at any line heals on a retry or on restart):
 create: decide → create the sparse file (idempotent) → commit the row.
 delete: refuse while published → remove the file → delete the row.
-publish and unpublish: ledger.py.
+publish and unpublish: ledger.py (PublishLedger), which the servicer calls directly; it is built
+here because it shares the in-flight guard with delete.
 """
 
 from __future__ import annotations
@@ -383,18 +384,3 @@ class ControllerService:
 
     def get_snapshot(self, snapshot_id: str) -> Snapshot:
         return self.snapshots.get_snapshot(snapshot_id)
-
-    # ----- the publish ledger (ledger.py) -----
-    def publish(
-        self, volume_id: str, node_id: str, cap: Capability, readonly: bool
-    ) -> dict[str, str]:
-        return self.ledger.publish(volume_id, node_id, cap, readonly)
-
-    def unpublish(self, volume_id: str, node_id: str) -> None:
-        self.ledger.unpublish(volume_id, node_id)
-
-    def reconcile(self) -> None:
-        self.ledger.reconcile()
-
-    def import_events(self) -> int:
-        return self.ledger.import_events()
