@@ -57,8 +57,10 @@ demo: install  ## take a volume through every phase on the driver `make run` ser
 doctor: install  ## check this machine (loop devices, tools, kernel, pool) and say what to fix
 	$(VENV)/bin/csi-hostpath doctor --state-dir $(RUN_DIR)/state --endpoint $(ENDPOINT)
 
-lint: install  ## ruff and mypy --strict on the package
+# The venv's ruff, the one `install` put there, so the format check is the same everywhere.
+lint: install  ## ruff check, ruff format --check (every Python file), mypy --strict on the package
 	$(VENV)/bin/ruff check csi_hostpath tests
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/shellcheck -x tools/*.sh tools/cluster/*.sh .ci/run
 
