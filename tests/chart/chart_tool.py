@@ -30,6 +30,7 @@ NAMESPACE = "csi-hostpath"
 # The Kubernetes release the chart is checked against (kind v0.33 runs v1.35.1).
 KUBE_VERSION = "1.35.0"
 SNAPSHOT_API = "snapshot.storage.k8s.io/v1"
+CBT_API = "cbt.storage.k8s.io/v1alpha1"
 
 PIP_HINT = "pip install helm-python-sdk==0.2.2 kubernetes-validate==1.37.0 (the dev extras)"
 
@@ -186,6 +187,31 @@ CRD_SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
             "driver": {"type": "string", "minLength": 1, "maxLength": 63, "pattern": _NAME},
             "deletionPolicy": {"enum": ["Delete", "Retain"]},
             "parameters": {"type": "object", "additionalProperties": {"type": "string"}},
+        },
+    },
+}
+
+
+# The SnapshotMetadataService of external-snapshot-metadata v0.2.0's CRD
+# (client/config/crd/cbt.storage.k8s.io_snapshotmetadataservices.yaml): cluster-scoped, every
+# field of its spec required, caCert a base64 string (format byte).
+CRD_SCHEMAS[(CBT_API, "SnapshotMetadataService")] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": CBT_API},
+        "kind": {"const": "SnapshotMetadataService"},
+        "metadata": CRD_SCHEMAS[(SNAPSHOT_API, "VolumeSnapshotClass")]["properties"]["metadata"],
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["address", "audience", "caCert"],
+            "properties": {
+                "address": {"type": "string", "minLength": 1},
+                "audience": {"type": "string", "minLength": 1},
+                "caCert": {"type": "string", "pattern": "^[A-Za-z0-9+/]+={0,2}$"},
+            },
         },
     },
 }

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.chart import chart_tool
-from tests.chart.chart_tool import SNAPSHOT_API, Rendered
+from tests.chart.chart_tool import CBT_API, SNAPSHOT_API, Rendered
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,8 @@ CASES = (
         {"snapshots": {"volumeSnapshotClass": {"deletionPolicy": "Retain", "isDefault": True}}},
         (SNAPSHOT_API,),
     ),
+    # Changed-block tracking: the external-snapshot-metadata sidecar and its objects.
+    Case("snapshot-metadata", {}, (SNAPSHOT_API, CBT_API)),
     Case(
         "custom-images",
         {

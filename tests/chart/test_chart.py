@@ -122,6 +122,7 @@ def test_objects_are_named_and_namespaced(rendered: Rendered) -> None:
         "ClusterRole",
         "ClusterRoleBinding",
         "VolumeSnapshotClass",
+        "SnapshotMetadataService",
     }
     seen = set()
     for obj in rendered.objects:
@@ -349,7 +350,10 @@ def test_rbac_is_least_privilege(rendered: Rendered) -> None:
 
 
 def test_each_sidecar_has_its_own_cluster_role(rendered: Rendered) -> None:
-    roles = {r["metadata"]["name"].rsplit("-", 1)[-1] for r in rendered.of_kind("ClusterRole")}
+    fullname = rendered.one("StatefulSet")["metadata"]["name"].removesuffix("-controller")
+    roles = {
+        r["metadata"]["name"].removeprefix(f"{fullname}-") for r in rendered.of_kind("ClusterRole")
+    }
     sidecars = {c["name"] for c in controller_pod(rendered)["containers"]}
     expected = {n.removeprefix("csi-") for n in sidecars if n.startswith("csi-")} - {"hostpath"}
     assert roles == expected

@@ -40,9 +40,9 @@ def test_only_a_run_where_every_experiment_passed_passes() -> None:
     assert not all_passed([ok, Result("b", "t", "FAILED", 0.0)])
 
 
-def test_every_experiment_a_to_l_is_registered_once_in_its_shape() -> None:
-    assert sorted(context.REGISTRY) == list("abcdefghijkl")
-    assert sorted(runner.ORDER) == list("abcdefghijkl")
+def test_every_experiment_a_to_m_is_registered_once_in_its_shape() -> None:
+    assert sorted(context.REGISTRY) == list("abcdefghijklm")
+    assert sorted(runner.ORDER) == list("abcdefghijklm")
     assert context.REGISTRY["j"].shape == "local"
     assert {e.shape for k, e in context.REGISTRY.items() if k != "j"} == {"shared"}
     with pytest.raises(ValueError, match="twice"):
@@ -53,7 +53,7 @@ def test_the_order_keeps_the_disruptive_ones_last() -> None:
     order = runner.ORDER
     # The lost node after everything that needs both nodes; the uninstall after every shared
     # experiment; the local shape, which needs its own install, at the end.
-    assert order.index("e") > max(order.index(x) for x in "abcdfghik")
+    assert order.index("e") > max(order.index(x) for x in "abcdfghikm")
     assert order.index("l") > order.index("e")
     assert order[-1] == "j"
 
@@ -103,7 +103,7 @@ def test_list_prints_every_experiment_and_touches_nothing(
 ) -> None:
     assert runner.main(["--list"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line[0] for line in lines] == list("abcdefghijkl")
+    assert [line[0] for line in lines] == list("abcdefghijklm")
 
 
 def test_the_manifests_it_applies_are_valid_kubernetes() -> None:
@@ -157,3 +157,34 @@ def test_the_snapshot_controller_runs_the_pinned_release() -> None:
     assert pinned("CSI_SNAPSHOTTER_VERSION").startswith("v8.")
     with pytest.raises(Failed):
         pinned("NO_SUCH_VERSION")
+
+
+def test_the_changed_block_experiments_manifests_are_valid_kubernetes() -> None:
+    from tests.cluster.e2e import exp_cbt
+
+    objs = [
+        exp_cbt.block_pod("w", "ns", "vol"),
+        exp_cbt.lister_pod("l", "ns", "backup", ["-s", "snap"], "svc.ns", "10.96.0.10"),
+        *exp_cbt.client_rbac("ns", "backup"),
+    ]
+    for obj in objs:
+        validate(obj)
+
+
+def test_the_listers_json_is_read_as_4k_blocks() -> None:
+    from tests.cluster.e2e import exp_cbt
+
+    # Two stream records; protobuf's JSON leaves a zero byte_offset out.
+    text = (
+        '[{"block_metadata_type":2,"volume_capacity_bytes":67108864,'
+        '"block_metadata":[{"size_bytes":16384},{"byte_offset":1048576,"size_bytes":4096}]}'
+        ',{"block_metadata_type":2,"volume_capacity_bytes":67108864,'
+        '"block_metadata":[{"byte_offset":67104768,"size_bytes":4096}]}]'
+    )
+    got, capacity = exp_cbt.listed_blocks(text)
+    assert got == {0, 1, 2, 3, 256, 16383}
+    assert capacity == 64 * 1024 * 1024
+    assert exp_cbt.listed_blocks("[]") == (set(), 0)
+    with pytest.raises(Failed, match="whole 4096-byte blocks"):
+        exp_cbt.listed_blocks('[{"block_metadata":[{"byte_offset":512,"size_bytes":4096}]}]')
+    assert exp_cbt.blocks(exp_cbt.SECOND) & exp_cbt.blocks(exp_cbt.FIRST) == {258}

@@ -69,6 +69,21 @@ true
 {{- end -}}
 
 {{/*
+"true" when changed-block tracking is rendered: snapshots are, it is asked for, the pool is shared
+(the sidecar runs beside the one controller), AND the cluster serves the SnapshotMetadataService
+API. The Service and the object's address name the same Service: one definition for both.
+*/}}
+{{- define "csi-hostpath.snapshotMetadataEnabled" -}}
+{{- if and (include "csi-hostpath.snapshotsEnabled" .) .Values.snapshots.metadata.enabled (not (include "csi-hostpath.localShape" .)) (.Capabilities.APIVersions.Has "cbt.storage.k8s.io/v1alpha1") -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{- define "csi-hostpath.snapshotMetadataService" -}}
+{{- printf "%s-snapshot-metadata" (include "csi-hostpath.fullname" .) -}}
+{{- end -}}
+
+{{/*
 Sockets. Inside every pod the driver listens on /csi/csi.sock. In the node pods /csi is the host
 directory below, so the path the kubelet is told (the registration path) is that directory plus
 the socket's file name: one definition for both keeps them from drifting apart.

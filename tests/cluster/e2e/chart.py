@@ -66,13 +66,20 @@ class Installer:
             raise Failed(f"helm {args[0]} failed: {(done.stderr or done.stdout).strip()[-500:]}")
         return done.stdout
 
-    def snapshot_support(self, crds: Path, controller: Path) -> None:
-        log(f"snapshot CRDs from {crds}, snapshot-controller from {controller}")
+    def snapshot_support(self, crds: Path, controller: Path, metadata_crds: Path) -> None:
+        log(
+            f"snapshot CRDs from {crds}, snapshot-controller from {controller},"
+            f" the SnapshotMetadataService CRD from {metadata_crds}"
+        )
         # Server-side: the CRDs are too big for the last-applied annotation.
         self.kube.kubectl("apply", "--server-side", "-f", str(crds))
+        self.kube.kubectl("apply", "--server-side", "-f", str(metadata_crds))
         until(
-            "the snapshot APIs served",
-            lambda: "snapshot.storage.k8s.io/v1" in self.kube.kubectl("api-versions"),
+            "the snapshot and snapshot metadata APIs served",
+            lambda: all(
+                api in self.kube.kubectl("api-versions")
+                for api in ("snapshot.storage.k8s.io/v1", "cbt.storage.k8s.io/v1alpha1")
+            ),
             60,
         )
         how = "-k" if (controller / "kustomization.yaml").exists() else "-f"

@@ -20,7 +20,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from tests.cluster.e2e import exp_access, exp_data, exp_nodes, exp_pool  # noqa: F401  (they register)
+from tests.cluster.e2e import (  # noqa: F401  (they register)
+    exp_access,
+    exp_cbt,
+    exp_data,
+    exp_nodes,
+    exp_pool,
+)
 from tests.cluster.e2e.chart import Installer
 from tests.cluster.e2e.context import REGISTRY, Ctx, log
 from tests.cluster.e2e.kube import Failed, Kube
@@ -29,7 +35,7 @@ from tests.cluster.e2e.table import Result, all_passed, render
 
 # The order they run in: the shared shape's first, the node-loss one late (it takes a node away),
 # the uninstall after it, then the local shape's.
-ORDER = "abcdfghikelj"
+ORDER = "abcdfghimkelj"
 TOOLS = REPO / "tools" / "cluster"
 
 
@@ -81,6 +87,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     p.add_argument(
         "--snapshot-controller", type=Path, help="directory of the snapshot-controller manifests"
+    )
+    p.add_argument(
+        "--snapshot-metadata-crds",
+        type=Path,
+        help="directory of the SnapshotMetadataService CRD (default: the pinned build's)",
     )
     p.add_argument("--release", default="csi-hostpath")
     p.add_argument("--namespace", default="csi-hostpath")
@@ -212,6 +223,7 @@ def run(args: argparse.Namespace, kube: Kube, nodes: Nodes, logs: Path) -> list[
     installer.snapshot_support(
         args.snapshot_crds or Path(built("snapshot-crds")),
         args.snapshot_controller or Path(built("snapshot-controller-manifests")),
+        args.snapshot_metadata_crds or Path(built("snapshot-metadata-crds")),
     )
     for letter in todo:
         exp = REGISTRY[letter]

@@ -6,4 +6,5 @@ package tools
 
 import (
 	_ "github.com/kubernetes-csi/external-snapshot-metadata/cmd/csi-snapshot-metadata"
+	_ "github.com/kubernetes-csi/external-snapshot-metadata/examples/snapshot-metadata-lister"
 )
