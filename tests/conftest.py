@@ -26,6 +26,33 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     sweep_deferred()  # the loop-device check of the tests not marked real, once for all
 
 
+TESTS = Path(__file__).resolve().parent
+# The folders whose tests run on real loop devices, mounts and filesystems (root). Each test in
+# them is marked `real` here, once, so `make unit` (-m 'not real') leaves them out and the workdir
+# fixture gives them the thorough kernel cleanup; a test that needs neither root nor a device
+# belongs in tests/unit. The one exception is a two-layer test's fake half: a fixture
+# parametrized with LAYERS runs each test on the fake system layer too, and that half, in this
+# process and without root, stays in `make unit`.
+REAL_FOLDERS = tuple(TESTS / name for name in ("real", "e2e", "system", "conformance"))
+FAKE = "fake"
+LAYERS = (FAKE, "real")
+
+
+def _fake_half(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and FAKE in callspec.params.values()
+
+
+# Before the mark plugin's own hook: `-m real` / `-m 'not real'` select on this mark.
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(item.path.is_relative_to(folder) for folder in REAL_FOLDERS) and not _fake_half(
+            item
+        ):
+            item.add_marker(pytest.mark.real)
+
+
 def scratch_parent(real: bool) -> str | None:
     """Where a test's scratch directory goes: /tmp (the default) for a test on real devices;
     tmpfs for the others, where the store's fsync costs nothing (a fake-layer driver's

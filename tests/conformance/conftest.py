@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from tests.conformance.sanity import Sanity, SanityConfig
-from tests.conftest import Client, in_process
+from tests.conftest import LAYERS, Client, in_process
 
 StartSanity = Callable[..., Sanity]
 
 
-@pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.real)])
+@pytest.fixture(params=LAYERS)
 def start_sanity(
     request: pytest.FixtureRequest, spawn: Any, workdir: Path
 ) -> Iterator[StartSanity]:

@@ -20,8 +20,6 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.real
-
 GiB = 1 << 30
 # csi-sanity's test volume is 10 GiB (sparse here); expansion must ask for more than that.
 EXPAND_SIZE = 11 * GiB

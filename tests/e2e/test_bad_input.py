@@ -39,7 +39,7 @@ from hypothesis import strategies as st
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.core.quantity import QuantityError, parse_bytes
 from tests import helpers as h
-from tests.conftest import Client, DriverProcess, driver_args, in_process, scratch_parent
+from tests.conftest import LAYERS, Client, DriverProcess, driver_args, in_process, scratch_parent
 from tests.kernel import cleanup_kernel
 from tests.needs import fs_available
 from tests.processes import UNSHARE
@@ -304,7 +304,7 @@ def _fake_target(root: Path) -> Iterator[Target]:
 
 # The fake layer runs in `make unit` (no root, a minute for everything): fewer examples per RPC
 # there; the real layer keeps the full count.
-@pytest.fixture(scope="module", params=["fake", pytest.param("real", marks=pytest.mark.real)])
+@pytest.fixture(scope="module", params=LAYERS)
 def target(request: pytest.FixtureRequest) -> Iterator[Target]:
     real = request.param == "real"
     root = Path(tempfile.mkdtemp(prefix="csihp-test-", dir=scratch_parent(real)))

@@ -87,7 +87,7 @@ DATA_BYTES = 256 * 1024
 SNAP_RATE = 0.4
 LOSS_RATE = 0.2
 
-pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.timeout(120 + 15 * LIFECYCLES)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120 + 15 * LIFECYCLES)]
 
 
 def digest(data: bytes) -> str:

@@ -21,7 +21,6 @@ from tests import helpers as h
 from tests.conftest import Client
 from tests.kernel import loops_backed_under
 
-pytestmark = pytest.mark.real
 C = grpc.StatusCode
 MiB = h.MiB
 

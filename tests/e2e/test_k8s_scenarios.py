@@ -35,7 +35,6 @@ from tests.e2e.k8s.world import World
 from tests.kernel import loops_backed_under
 from tests.processes import wait_for
 
-pytestmark = pytest.mark.real
 GRACE = "2"
 PVC = "pvc-web-0"
 

@@ -36,10 +36,7 @@ from tests.e2e.k8s_sched.scheduler import ERR_REASON_NOT_ENOUGH_SPACE
 from tests.kernel import is_root
 from tests.processes import free_port, metric, wait_for
 
-pytestmark = [
-    pytest.mark.real,
-    pytest.mark.skipif(not is_root(), reason="mounts a tmpfs per node: needs root"),
-]
+pytestmark = pytest.mark.skipif(not is_root(), reason="mounts a tmpfs per node: needs root")
 GiB = 1 << 30
 NAMES = ("a", "b", "c")
 

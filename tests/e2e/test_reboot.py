@@ -10,8 +10,6 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 from csi_hostpath._pb import csi_pb2 as pb
 from tests import helpers as h
 from tests.e2e.harness import PV, Cluster, Kubelet, Pod
@@ -19,7 +17,6 @@ from tests.kernel import loops_backed_under
 from tests.needs import needs_fs
 from tests.processes import wait_for
 
-pytestmark = pytest.mark.real
 Mode = pb.VolumeCapability.AccessMode
 MiB = h.MiB
 

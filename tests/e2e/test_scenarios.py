@@ -22,7 +22,6 @@ from tests.e2e.harness import TOPOLOGY_KEY, Attacher, Cluster, Node, Pod, Provis
 from tests.kernel import loops_backed_under, mounts_under
 from tests.processes import wait_for
 
-pytestmark = pytest.mark.real
 C = grpc.StatusCode
 Mode = pb.VolumeCapability.AccessMode
 MiB = h.MiB

@@ -24,6 +24,7 @@ import pytest
 from csi_hostpath.system.base import LoopDevice, System
 from csi_hostpath.system.fake import FakeKernel, fake_system
 from csi_hostpath.system.linux import LinuxLoop, linux_system
+from tests.conftest import LAYERS
 from tests.kernel import release_loop
 from tests.needs import missing_reason
 
@@ -213,7 +214,7 @@ def work_dir(tag_prefix: str) -> Iterator[Path]:
             pytest.fail("teardown could not clean up: " + "; ".join(problems))
 
 
-@pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.real)])
+@pytest.fixture(params=LAYERS)
 def env(request: pytest.FixtureRequest, work_dir: Path, tag_prefix: str) -> Env:
     pool = work_dir / "pool"
     pool.mkdir()

@@ -17,7 +17,6 @@ from tests.kernel import autoclear_pending
 from tests.loop_churn import loop_churn
 from tests.system.conftest import Env, real_unavailable
 
-pytestmark = pytest.mark.real
 ROUNDS = 40
 # Volumes made while other processes churn. With the old detach (by number alone) in the other
 # node plugin, 17 to 32 of the 100 cycles lost their device, in each of 5 runs.

@@ -17,7 +17,6 @@ import pytest
 
 from csi_hostpath.system.base import CommandError, NoSpace, ResourceBusy
 from csi_hostpath.system.extents import data_extents
-from csi_hostpath.system.fake import fake_system
 from tests.needs import FS_TOOLS, skip_unless_tools
 
 from .conftest import Env
@@ -120,26 +119,6 @@ def test_copy_sparse_missing_source_leaves_nothing(env: Env) -> None:
     with pytest.raises(FileNotFoundError):
         env.system.pool.copy_sparse(env.pool_dir / "missing", env.pool_dir / "copy")
     assert os.listdir(env.pool_dir) == []
-
-
-def test_fake_pool_capacity(work_dir: Path) -> None:
-    pool_dir = work_dir / "pool"
-    pool_dir.mkdir()
-    pool = fake_system(pool_dir, capacity_bytes=16 * MiB).pool
-    source = pool_dir / "source"
-    pool.create(source, 8 * MiB)
-    pool.create(pool_dir / "thin", 16 * MiB)  # thin: fits while empty
-    with pytest.raises(NoSpace):
-        pool.create(pool_dir / "too-big", 17 * MiB)
-    with pytest.raises(NoSpace):
-        pool.grow(source, 17 * MiB)
-    with open(source, "r+b") as handle:
-        handle.write(b"x" * 8 * MiB)
-    assert pool.free_bytes() == 8 * MiB
-    pool.copy_sparse(source, pool_dir / "copy-1")
-    assert pool.free_bytes() == 0
-    with pytest.raises(NoSpace):
-        pool.copy_sparse(source, pool_dir / "copy-2")
 
 
 # --- loop ----------------------------------------------------------------------------------------

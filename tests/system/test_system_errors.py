@@ -144,7 +144,6 @@ def test_attach_takes_back_a_device_whose_detach_waits_on_a_holder(env: Env) -> 
     assert env.system.fs.probe(again.path) == "ext4"
 
 
-@pytest.mark.real
 def test_a_busy_unmount_left_to_umount8_is_typed_by_the_kernels_errno(env: Env) -> None:
     """A mount libmount tracks in utab (a userspace option) is unmounted by umount(8), whose
     exit status says only "failed"; the kernel is asked why (EBUSY)."""

@@ -1,5 +1,6 @@
 """Behaviour of the real implementation that the fake has no counterpart for: the loop ioctl
-fallbacks, races with other processes, and the mountinfo parser."""
+fallbacks, races with other processes, and reading mounts (the parser alone, on text, is
+tests/unit/test_mountinfo_parse.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from csi_hostpath.system.linux import (
     LO_FLAGS_DIRECT_IO,
@@ -25,18 +24,14 @@ from csi_hostpath.system.linux import (
     LinuxMounts,
     loop_ioctl,
     mountinfo,
-    parse_mountinfo,
     read_mountinfo,
     topmost,
-    unescape_mountinfo,
 )
 from csi_hostpath.system.linux import statmount as linux_statmount
 
 from .conftest import real_unavailable
 
 MiB = 1 << 20
-
-real = pytest.mark.real
 
 
 @pytest.fixture
@@ -73,14 +68,12 @@ def _wrap_ioctl(monkeypatch: pytest.MonkeyPatch, hook: Callable[[int, int, objec
     monkeypatch.setattr(fcntl, "ioctl", wrapped)
 
 
-@real
 def test_attach_uses_direct_io(real_loop: LinuxLoop, work_dir: Path, tag_prefix: str) -> None:
     device = real_loop.attach(_sparse(work_dir, "vol"), tag_prefix + "vol")
     name = os.path.basename(device.path)
     assert Path(f"/sys/block/{name}/loop/dio").read_text().strip() == "1"
 
 
-@real
 def test_attach_falls_back_to_buffered_io(
     real_loop: LinuxLoop, work_dir: Path, tag_prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -95,7 +88,6 @@ def test_attach_falls_back_to_buffered_io(
     assert real_loop.find(tag_prefix + "vol") == device
 
 
-@real
 def test_attach_retries_when_the_free_device_was_taken(
     real_loop: LinuxLoop, work_dir: Path, tag_prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -125,7 +117,6 @@ def _count_loop_scans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return scans
 
 
-@real
 def test_find_and_attach_scan_no_loop_devices(
     real_loop: LinuxLoop, work_dir: Path, tag_prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -144,7 +135,6 @@ def test_find_and_attach_scan_no_loop_devices(
     assert scans == []
 
 
-@real
 def test_the_start_scans_loop_devices_once(
     real_loop: LinuxLoop, work_dir: Path, tag_prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -157,7 +147,6 @@ def test_the_start_scans_loop_devices_once(
     assert len(scans) == 1
 
 
-@real
 def test_find_asks_the_kernel_for_one_mount(
     real_loop: LinuxLoop, work_dir: Path, tag_prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -197,7 +186,6 @@ def test_find_asks_the_kernel_for_one_mount(
     assert mounts.find(str(work_dir)) is None
 
 
-@real
 def test_without_statmount_an_rpc_reads_mountinfo_once(
     real_loop: LinuxLoop, work_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -245,7 +233,6 @@ for path, tag in zip(sys.argv[1::2], sys.argv[2::2]):
 """
 
 
-@real
 def test_processes_racing_for_free_devices(
     real_loop: LinuxLoop, work_dir: Path, tag_prefix: str
 ) -> None:
@@ -285,7 +272,6 @@ def _write_dos_partition_table(path: Path, size: int) -> None:
         handle.write(b"\x55\xaa")
 
 
-@real
 def test_probe_reports_a_partition_table_as_not_blank(
     real_loop: LinuxLoop, work_dir: Path, tag_prefix: str
 ) -> None:
@@ -294,59 +280,3 @@ def test_probe_reports_a_partition_table_as_not_blank(
     _write_dos_partition_table(backing, 8 * MiB)
     device = real_loop.attach(backing, tag_prefix + "vol")
     assert LinuxFs().probe(device.path) == "partition-table:dos"
-
-
-# --- mountinfo -----------------------------------------------------------------------------------
-
-_MOUNTINFO = (
-    "22 27 0:21 / /proc rw,relatime - proc proc rw\n"
-    "30 27 7:3 / /var/lib/kubelet/plugins/x/globalmount rw,relatime shared:12 master:1"
-    " - ext4 /dev/loop3 rw\n"
-    "31 27 7:3 /sub /pods/with\\040space\\011tab\\134slash ro,nosuid,nodev,relatime"
-    " - ext4 /dev/loop3 rw\n"
-    "40 27 0:6 /loop3 /pods/block rw - devtmpfs devtmpfs rw,size=1k\n"
-    "41 40 0:50 / /pods/block rw - tmpfs tmp\\040fs rw\n"
-    "garbage line\n"
-)
-
-
-def test_parse_mountinfo_fields() -> None:
-    records = parse_mountinfo(_MOUNTINFO)
-    assert [r.mount_id for r in records] == [22, 30, 31, 40, 41]
-    staged = records[1].entry
-    assert staged.mount_point == "/var/lib/kubelet/plugins/x/globalmount"
-    assert (staged.fs_type, staged.source, staged.device_number) == ("ext4", "/dev/loop3", "7:3")
-    assert staged.options == ("rw", "relatime")
-    bound = records[2].entry
-    assert bound.mount_point == "/pods/with space\ttab\\slash"
-    assert bound.root == "/sub"
-    assert bound.options == ("ro", "nosuid", "nodev", "relatime")
-    assert records[4].entry.source == "tmp fs"
-
-
-def test_topmost_follows_parent_ids_not_just_order() -> None:
-    records = parse_mountinfo(_MOUNTINFO)
-    top = topmost(records, "/pods/block")
-    assert top is not None
-    assert top.fs_type == "tmpfs"
-    # Listed in the other order, the mount on top is still the one nothing sits on.
-    reordered = topmost(list(reversed(records)), "/pods/block")
-    assert reordered == top
-    assert topmost(records, "/nowhere") is None
-
-
-def _kernel_escape(text: str) -> str:
-    # What the kernel's seq_path does to the characters that would break the line format.
-    return "".join(f"\\{ord(c):03o}" if c in " \t\n\\" else c for c in text)
-
-
-@given(st.text(alphabet=st.characters(codec="utf-8"), min_size=1))
-def test_unescape_inverts_the_kernel_escape(text: str) -> None:
-    assert unescape_mountinfo(_kernel_escape(text)) == text
-
-
-@given(st.text(alphabet=st.sampled_from("ab/ \t\\\n"), min_size=1).map(lambda t: "/" + t))
-def test_parse_round_trips_escaped_mount_points(path: str) -> None:
-    line = f"100 1 7:1 / {_kernel_escape(path)} rw,relatime shared:1 - ext4 /dev/loop1 rw\n"
-    (record,) = parse_mountinfo(line)
-    assert record.entry.mount_point == path

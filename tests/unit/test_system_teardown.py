@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from . import conftest
+from tests.system import conftest
 
 
 def test_a_loop_device_detached_during_the_scan_is_skipped(
