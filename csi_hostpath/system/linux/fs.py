@@ -67,6 +67,14 @@ def _open_loop_mount(mount_point: str) -> int:
     return fd
 
 
+def _ioctl_on_loop_mount(mount_point: str, request: int) -> None:
+    fd = _open_loop_mount(mount_point)
+    try:
+        fcntl.ioctl(fd, request, 0)
+    finally:
+        os.close(fd)
+
+
 def statvfs_stats(path: str) -> FsStats:
     """What statvfs(2) says of the filesystem holding path, in bytes and inodes."""
     st = os.statvfs(path)
@@ -271,15 +279,7 @@ class LinuxFs:
         log.warning("filesystem at %s shut down: every later write fails with EIO", mount_point)
 
     def freeze(self, mount_point: str) -> None:
-        fd = _open_loop_mount(mount_point)
-        try:
-            fcntl.ioctl(fd, FIFREEZE, 0)
-        finally:
-            os.close(fd)
+        _ioctl_on_loop_mount(mount_point, FIFREEZE)
 
     def thaw(self, mount_point: str) -> None:
-        fd = _open_loop_mount(mount_point)
-        try:
-            fcntl.ioctl(fd, FITHAW, 0)
-        finally:
-            os.close(fd)
+        _ioctl_on_loop_mount(mount_point, FITHAW)
