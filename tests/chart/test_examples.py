@@ -179,7 +179,7 @@ def test_deploy_targets_exist() -> None:
     assert "-m tests.chart.chart_tool lint" in out
     assert re.search(r"docker build .*-t csi-hostpath:\d+\.\d+\.\d+", out)
     assert "kind create cluster --name csi-hostpath --config examples/kind-config.yaml" in out
-    # kind#3795: `kind load docker-image` fails on Docker Engine 29; an archive works everywhere.
+    # `kind load docker-image` fails on Docker Engine 29; an archive works everywhere.
     assert re.search(r"docker save -o \S+/csi-hostpath-\S+\.tar csi-hostpath:", out)
     assert re.search(r"kind load image-archive \S+\.tar --name csi-hostpath", out)
     assert "load docker-image" not in out

@@ -46,7 +46,8 @@ def test_host_paths_are_never_under_tmp() -> None:
 
 
 def test_guide_loads_the_image_as_an_archive() -> None:
-    """kind#3795: `kind load docker-image` fails on Docker Engine 29."""
+    """`kind load docker-image` fails on Docker Engine 29; the guide loads an archive and links
+    the upstream report of that failure."""
     guide = GUIDE.read_text()
     assert "docker save" in guide and "kind load image-archive" in guide
     assert "kubernetes-sigs/kind#3795" in guide
