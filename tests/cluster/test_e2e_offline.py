@@ -40,11 +40,11 @@ def test_only_a_run_where_every_experiment_passed_passes() -> None:
     assert not all_passed([ok, Result("b", "t", "FAILED", 0.0)])
 
 
-def test_every_experiment_a_to_m_is_registered_once_in_its_shape() -> None:
-    assert sorted(context.REGISTRY) == list("abcdefghijklm")
-    assert sorted(runner.ORDER) == list("abcdefghijklm")
-    assert context.REGISTRY["j"].shape == "local"
-    assert {e.shape for k, e in context.REGISTRY.items() if k != "j"} == {"shared"}
+def test_every_experiment_a_to_o_is_registered_once_in_its_shape() -> None:
+    assert sorted(context.REGISTRY) == list("abcdefghijklmno")
+    assert sorted(runner.ORDER) == list("abcdefghijklmno")
+    assert context.REGISTRY["j"].shape == context.REGISTRY["o"].shape == "local"
+    assert {e.shape for k, e in context.REGISTRY.items() if k not in "jo"} == {"shared"}
     with pytest.raises(ValueError, match="twice"):
         context.experiment("a", "again")(lambda ctx: None)
 
@@ -53,9 +53,9 @@ def test_the_order_keeps_the_disruptive_ones_last() -> None:
     order = runner.ORDER
     # The lost node after everything that needs both nodes; the uninstall after every shared
     # experiment; the local shape, which needs its own install, at the end.
-    assert order.index("e") > max(order.index(x) for x in "abcdfghikm")
+    assert order.index("e") > max(order.index(x) for x in "abcdfghikmn")
     assert order.index("l") > order.index("e")
-    assert order[-1] == "j"
+    assert order[-1] == "j" and order.index("o") > order.index("l")
 
 
 def test_arguments_select_validate_and_imply() -> None:
@@ -103,7 +103,7 @@ def test_list_prints_every_experiment_and_touches_nothing(
 ) -> None:
     assert runner.main(["--list"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line[0] for line in lines] == list("abcdefghijklm")
+    assert [line[0] for line in lines] == list("abcdefghijklmno")
 
 
 def test_the_manifests_it_applies_are_valid_kubernetes() -> None:
@@ -188,3 +188,12 @@ def test_the_listers_json_is_read_as_4k_blocks() -> None:
     with pytest.raises(Failed, match="whole 4096-byte blocks"):
         exp_cbt.listed_blocks('[{"block_metadata":[{"byte_offset":512,"size_bytes":4096}]}]')
     assert exp_cbt.blocks(exp_cbt.SECOND) & exp_cbt.blocks(exp_cbt.FIRST) == {258}
+
+
+def test_the_topology_experiments_manifests_are_valid_kubernetes() -> None:
+    from tests.cluster.e2e import exp_limits, exp_topology
+
+    for obj in exp_topology.nodes_rbac():
+        validate(obj)
+    assert exp_topology.DISTRIBUTED == "--enable-distributed-snapshotting"
+    assert exp_limits.TAKEN > 0

@@ -24,8 +24,10 @@ from tests.cluster.e2e import (  # noqa: F401  (they register)
     exp_access,
     exp_cbt,
     exp_data,
+    exp_limits,
     exp_nodes,
     exp_pool,
+    exp_topology,
 )
 from tests.cluster.e2e.chart import Installer
 from tests.cluster.e2e.context import REGISTRY, Ctx, log
@@ -35,7 +37,7 @@ from tests.cluster.e2e.table import Result, all_passed, render
 
 # The order they run in: the shared shape's first, the node-loss one late (it takes a node away),
 # the uninstall after it, then the local shape's.
-ORDER = "abcdfghimkelj"
+ORDER = "abcdfghimnkeloj"
 TOOLS = REPO / "tools" / "cluster"
 
 
