@@ -13,12 +13,12 @@ the pool's workers, and a call whose body never arrives is cancelled (api/body_d
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from concurrent import futures
 
 import grpc
 
 from csi_hostpath.api.body_deadline import BodyWatchdog, with_body_deadline
+from csi_hostpath.api.unary_interceptor import UnaryInterceptor
 
 LIVENESS_METHODS = frozenset(
     {
@@ -33,20 +33,12 @@ STREAMS_PER_CONNECTION = 16
 LIVENESS_WORKERS = STREAMS_PER_CONNECTION + 4
 
 
-class LivenessPool(grpc.ServerInterceptor):  # type: ignore[misc]
+class LivenessPool(UnaryInterceptor):
     def __init__(self, workers: int = LIVENESS_WORKERS) -> None:
         self.pool = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="liveness")
         self.watchdog = BodyWatchdog()
 
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
-        handler = continuation(handler_call_details)
-        if handler is None or handler.unary_unary is None:
-            return handler
-        method = handler_call_details.method
+    def wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
         pool = self.pool if method in LIVENESS_METHODS else None
         return with_body_deadline(handler, method, self.watchdog, pool)
 

@@ -10,6 +10,8 @@ from typing import Any
 
 import grpc
 
+from csi_hostpath.api.unary_interceptor import UnaryInterceptor
+
 log = logging.getLogger("csi_hostpath.rpc")
 _IDENTIFIERS = ("volume_id", "node_id", "name", "snapshot_id", "source_volume_id")
 _QUIET = ("/csi.v1.Identity/Probe", "/grpc.health.v1.Health/Check")
@@ -24,19 +26,11 @@ def _identifiers(request: Any) -> str:
     return " ".join(parts)
 
 
-class LoggingInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
+class LoggingInterceptor(UnaryInterceptor):
     def __init__(self, observe: Callable[[str, str, float], None] | None = None) -> None:
         self._observe = observe
 
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
-        handler = continuation(handler_call_details)
-        if handler is None or handler.unary_unary is None:
-            return handler
-        method: str = handler_call_details.method
+    def wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
         inner = handler.unary_unary
         level = logging.DEBUG if method in _QUIET else logging.INFO
 
