@@ -5,14 +5,12 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import signal
 import threading
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import IO, Any
 
 import grpc
@@ -40,6 +38,7 @@ from csi_hostpath.service.controller.pool_truth import open_pool
 from csi_hostpath.service.controller.snapshot_metadata import SnapshotMetadataService
 from csi_hostpath.service.metrics import Metrics, build_metrics
 from csi_hostpath.service.node import NodeService
+from csi_hostpath.stop_signals import stop_on_signals
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.freeze_channel import FreezeChannel
 from csi_hostpath.store.groups import GroupRecords
@@ -320,13 +319,7 @@ def serve(config: Config) -> int:
     driver = build_driver(config)
     start(driver)
     stopping = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %d: stopping gracefully", signum)
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop_on_signals(stopping, log, "stopping gracefully")
     while not stopping.wait(1.0):
         pass
     driver.stop()

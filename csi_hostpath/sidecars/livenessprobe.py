@@ -17,14 +17,13 @@ before then is refused; here /healthz answers from the start, with the reason.
 from __future__ import annotations
 
 import argparse
-import signal
 import threading
-from types import FrameType
 
 from csi_hostpath.sidecars import csi_conn
 from csi_hostpath.sidecars._log import log
 from csi_hostpath.sidecars.flags import DEFAULT_LIVENESS_PORT, http_endpoint
 from csi_hostpath.sidecars.healthz import HealthServer
+from csi_hostpath.stop_signals import stop_on_signals
 
 
 def check(address: str, timeout: float) -> tuple[int, str]:
@@ -52,13 +51,7 @@ def run(args: argparse.Namespace) -> int:
         log.error("--health-port=0 and no --http-endpoint: there is nothing to serve")
         return 2
     stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %d: stopping", signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop_on_signals(stop, log, "stopping")
     try:
         server = HealthServer(listen, lambda: check(args.csi_address, args.probe_timeout))
     except OSError as e:

@@ -26,12 +26,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import threading
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 
 import grpc
 
@@ -42,6 +40,7 @@ from csi_hostpath.sidecars import csi_conn
 from csi_hostpath.sidecars._log import log
 from csi_hostpath.sidecars.flags import http_endpoint
 from csi_hostpath.sidecars.healthz import HealthServer
+from csi_hostpath.stop_signals import stop_on_signals
 
 CSI_PLUGIN = "CSIPlugin"  # k8s.io/kubelet pluginregistration/v1 constants.go
 SUPPORTED_VERSIONS = ("1.0.0",)
@@ -180,13 +179,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
     state = Registration()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %d: deregistering and stopping", signum)
-        state.done.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop_on_signals(state.done, log, "deregistering and stopping")
     healthz = HealthServer(listen, lambda: health(state, args.timeout)) if listen else None
     if healthz is not None:
         healthz.start()
