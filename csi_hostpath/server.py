@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import threading
@@ -47,6 +46,7 @@ from csi_hostpath.store.mutable_records import MutableRecords
 from csi_hostpath.store.open_state import open_store
 from csi_hostpath.store.pool import PoolLayout
 from csi_hostpath.system.base import System
+from csi_hostpath.system.flock import hold_exclusive
 
 log = logging.getLogger(__name__)
 
@@ -59,14 +59,11 @@ def lock_state_dir(state_dir: Path) -> IO[bytes]:
     """Hold an exclusive flock for the life of the process: two daemons on one state directory
     would each believe their store is the truth."""
     state_dir.mkdir(parents=True, exist_ok=True)
-    handle = open(state_dir / ".lock", "ab")  # noqa: SIM115 - held open for the process's life
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
+    handle = hold_exclusive(state_dir / ".lock")  # held open for the process's life
+    if handle is None:
         raise StateDirLocked(
             f"another csi-hostpath daemon holds {state_dir}; give each daemon its own --state-dir"
-        ) from None
+        )
     return handle
 
 

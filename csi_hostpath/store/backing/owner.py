@@ -9,7 +9,6 @@ hostPath) is the same owner, and takes the pool back by rebuilding from it.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import socket
@@ -20,6 +19,7 @@ from typing import IO, Any
 
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool import PoolLayout, write_atomically
+from csi_hostpath.system.flock import hold_exclusive
 
 
 class PoolClaimRefused(RuntimeError):
@@ -59,16 +59,13 @@ def claim_pool(
 ) -> PoolClaim:
     """Hold the pool for this database, or raise PoolClaimRefused saying what to run."""
     layout.root.mkdir(parents=True, exist_ok=True)
-    handle = open(layout.root / ".owner.lock", "ab")  # noqa: SIM115 - held while serving
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
+    handle = hold_exclusive(layout.root / ".owner.lock")  # held while serving
+    if handle is None:
         raise PoolClaimRefused(
             f"another csi-hostpath controller is serving pool {layout.root} right now (it holds "
             f"{layout.root / '.owner.lock'}); give each controller its own pool, or stop that one "
             "first"
-        ) from None
+        )
     try:
         mine, fresh = store.database_id()
         owner = read_owner(layout)
