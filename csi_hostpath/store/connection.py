@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -67,24 +66,6 @@ class Connection:
     def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         with self._lock:
             return self._db.execute(sql, args).fetchall()
-
-    @staticmethod
-    def _audit(
-        db: sqlite3.Connection,
-        actor: str,
-        action: str,
-        volume_id: str,
-        node_id: str,
-        generation: int,
-        reason: str,
-        event_id: str | None = None,
-    ) -> None:
-        db.execute(
-            "INSERT INTO audit (at, actor, action, volume_id, node_id, generation, reason, "
-            "event_id) VALUES (?,?,?,?,?,?,?,?) "
-            "ON CONFLICT (event_id) WHERE event_id IS NOT NULL DO NOTHING",
-            (time.time(), actor, action, volume_id, node_id, generation, reason, event_id),
-        )
 
     def database_id(self) -> tuple[str, bool]:
         """This database's ID, created on first use; and whether the database is empty (no volume

@@ -4,6 +4,7 @@ decided and committed under one write lock, and one audit row per change."""
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -56,7 +57,7 @@ class Ledger(Connection):
                 db.execute(
                     "UPDATE volumes SET generation=? WHERE volume_id=?", (p.generation, volume_id)
                 )
-                self._audit(db, actor, "publish", p.volume_id, p.node_id, p.generation, "")
+                self.record(actor, "publish", p.volume_id, p.node_id, p.generation, "", within=db)
             return decision
 
     def unpublish(
@@ -87,7 +88,7 @@ class Ledger(Connection):
                     (p.volume_id, p.node_id),
                 )
                 what, why = classify(p) if classify else (action, reason)
-                self._audit(db, actor, what, p.volume_id, p.node_id, p.generation, why)
+                self.record(actor, what, p.volume_id, p.node_id, p.generation, why, within=db)
             return removed
 
     def force_detach(
@@ -111,7 +112,7 @@ class Ledger(Connection):
             db.execute(
                 "DELETE FROM publications WHERE volume_id=? AND node_id=?", (volume_id, node_id)
             )
-            self._audit(db, actor, "force-detach", volume_id, node_id, p.generation, reason)
+            self.record(actor, "force-detach", volume_id, node_id, p.generation, reason, within=db)
             return p
 
     def publications(self, volume_id: str = "", node_id: str = "") -> list[Publication]:
@@ -155,11 +156,23 @@ class Ledger(Connection):
         generation: int,
         reason: str,
         event_id: str | None = None,
+        *,
+        within: sqlite3.Connection | None = None,
     ) -> None:
-        """One audit row. With an event_id, idempotent: a second record of the same event (the
-        node's own row, then the import of its report; or a retried import) adds nothing."""
+        """One audit row, in the caller's transaction (within) or in one of its own. With an
+        event_id, idempotent: a second record of the same event (the node's own row, then the
+        import of its report; or a retried import) adds nothing."""
+        sql = (
+            "INSERT INTO audit (at, actor, action, volume_id, node_id, generation, reason, "
+            "event_id) VALUES (?,?,?,?,?,?,?,?) "
+            "ON CONFLICT (event_id) WHERE event_id IS NOT NULL DO NOTHING"
+        )
+        row = (time.time(), actor, action, volume_id, node_id, generation, reason, event_id)
+        if within is not None:
+            within.execute(sql, row)
+            return
         with self._tx() as db:
-            self._audit(db, actor, action, volume_id, node_id, generation, reason, event_id)
+            db.execute(sql, row)
 
     def audit_counts(self) -> dict[str, int]:
         rows = self._read("SELECT action, COUNT(*) AS n FROM audit GROUP BY action")
@@ -203,7 +216,9 @@ class Ledger(Connection):
             floor = plan(current, held)
             for p in floor.restored:
                 _insert_publication(db, p, "INSERT OR IGNORE")
-                self._audit(db, "pool", "restore-holder", volume_id, p.node_id, p.generation, "")
+                self.record(
+                    "pool", "restore-holder", volume_id, p.node_id, p.generation, "", within=db
+                )
             if floor.generation > current:
                 db.execute(
                     "UPDATE volumes SET generation=? WHERE volume_id=?",
@@ -212,7 +227,9 @@ class Ledger(Connection):
                 reason = (
                     f"raised from {current}: tokens up to {floor.generation} were already issued"
                 )
-                self._audit(db, "pool", "generation-floor", volume_id, "", floor.generation, reason)
+                self.record(
+                    "pool", "generation-floor", volume_id, "", floor.generation, reason, within=db
+                )
             return bool(floor.restored) or floor.generation > current
 
 
