@@ -29,6 +29,28 @@ def pool_full(root: str) -> str:
     )
 
 
+FENCED = "Fenced"
+
+
+def fenced_here(volume_id: str, generation: int) -> str:
+    """A staging on this node whose hold the controller revoked (a force-detach)."""
+    return (
+        f"this node's hold on volume {volume_id} (generation {generation}) was revoked by a "
+        "force-detach: another node may be given it, and this node cuts its I/O off at its "
+        "next fence pass; unpublish and unstage it here, then publish it again to use it"
+    )
+
+
+def fenced_elsewhere(node_id: str, generation: int) -> str:
+    """A volume a node still reports staged under a token the ledger revoked."""
+    return (
+        f"node {node_id!r} still has the volume staged under generation {generation}, which a "
+        "force-detach revoked: it may still be writing. It cuts its I/O off at its next fence "
+        "pass once it runs and reads its lease; until its heartbeat stops listing the volume, "
+        "check that node (or that it is gone for good) before trusting the volume's data"
+    )
+
+
 class VolumeHealth(Enum):
     """CSI v1.13's VolumeHealthErrorType, by name."""
 

@@ -250,3 +250,14 @@ def is_revoked(lease: Lease | None, node_id: str, staged_generation: int) -> boo
         # crash) can't speak about a grant it predates.
         return False
     return lease.holders.get(node_id) != staged_generation
+
+
+def fenced_stagers(lease: Lease | None, staged: dict[str, int]) -> list[tuple[str, int]]:
+    """The nodes (with their token) that report the volume staged under a token the lease
+    revokes: force-detached, they may hold it until their fence pass. A token of 0 is a staging
+    made without the ledger, which nothing fences."""
+    return [
+        (node_id, generation)
+        for node_id, generation in sorted(staged.items())
+        if generation and is_revoked(lease, node_id, generation)
+    ]

@@ -3,7 +3,12 @@ for real on loop devices through a real gRPC server, seen with its reason, and s
 
 - LoopDeviceGone: a staged block volume's loop device detached from outside (`losetup -d`);
   the restage the message names (unpublish, unstage, stage, publish) clears it;
-- NotMounted: a publish target unmounted from outside; unpublish and publish again clear it."""
+- NotMounted: a publish target unmounted from outside; unpublish and publish again clear it;
+- Fenced: ControllerUnpublishVolume while the node still has the volume staged (Kubernetes'
+  force-detach) revokes the node's hold. Until the node's teardown, or its fence pass, the node
+  reports the staging Fenced and the controller reports the volume Fenced (the node's heartbeat
+  still lists it under the revoked token); after the teardown the controller's clears, and a new
+  publish and stage is healthy on both sides."""
 
 from __future__ import annotations
 
@@ -11,10 +16,12 @@ import os
 import subprocess
 from pathlib import Path
 
+import grpc
+
 from csi_hostpath._pb import csi_pb2 as pb
 from tests import helpers as h
 from tests.conftest import in_process
-from tests.real.test_health import _health
+from tests.real.test_health import _controller, _eventually, _health
 
 Status = pb.VolumeHealthErrorType
 MiB = h.MiB
@@ -66,4 +73,47 @@ def test_a_target_unmounted_from_outside_is_inaccessible_until_published_again(
         h.node_publish(client, vol.volume_id, staging, target, cap, publish_context=ctx)
         assert h.mounted(target)
         assert _health(client, vol.volume_id, target) == []
+        h.release(client, vol.volume_id, staging, target)
+
+
+def test_a_force_detached_volume_is_fenced_on_both_sides_until_torn_down(workdir: Path) -> None:
+    # A fence pass an hour away: the node keeps the revoked staging until its teardown, as a
+    # node does between the force-detach and its next lease check.
+    with in_process(workdir, "drv", "--fence-interval", "3600") as client:
+        cap = h.mount_cap("ext4")
+        vol, staging, target = h.in_use(client, workdir, "a", cap)
+        assert _health(client, vol.volume_id, target) == []
+        assert _controller(client, vol.volume_id) == []
+
+        # Kubernetes' force-detach: ControllerUnpublishVolume with the volume still staged.
+        h.unpublish(client, vol.volume_id, "node-a")
+        fenced = [(Status.INACCESSIBLE, "Fenced")]
+        assert _health(client, vol.volume_id, target) == fenced
+        assert _health(client, vol.volume_id) == fenced
+        assert _controller(client, vol.volume_id) == fenced
+        node_says = client.node.NodeGetVolumeHealth(
+            pb.NodeGetVolumeHealthRequest(volume_id=vol.volume_id)
+        ).volume_health.health_statuses[0]
+        assert "unstage" in node_says.message, node_says.message
+        ctl_says = client.controller.ControllerGetVolumeHealth(
+            pb.ControllerGetVolumeHealthRequest(volume_id=vol.volume_id)
+        ).volume_health.health_statuses[0]
+        assert "node-a" in ctl_says.message, ctl_says.message
+
+        # The fenced node's teardown: the node has nothing staged, the controller clears.
+        h.node_unpublish(client, vol.volume_id, target)
+        h.unstage(client, vol.volume_id, staging)
+        h.expect_code(
+            grpc.StatusCode.NOT_FOUND,
+            client.node.NodeGetVolumeHealth,
+            pb.NodeGetVolumeHealthRequest(volume_id=vol.volume_id),
+        )
+        _eventually(lambda: _controller(client, vol.volume_id) == [])
+
+        # A new publish under a new token, staged again: healthy on both sides.
+        ctx = h.publish(client, vol.volume_id, "node-a", cap)
+        h.stage(client, vol, staging, cap, ctx)
+        h.node_publish(client, vol.volume_id, staging, target, cap, publish_context=ctx)
+        assert _health(client, vol.volume_id, target) == []
+        assert _controller(client, vol.volume_id) == []
         h.release(client, vol.volume_id, staging, target)

@@ -290,3 +290,11 @@ def test_unpublish_without_unstage_is_a_revocation(
         assert ("staged" in reason) == staged
     else:
         assert reason == ""
+
+
+def test_fenced_stagers_are_those_staged_under_a_revoked_token() -> None:
+    lease = ledger.Lease("v", 5, {"node-b": 5})
+    staged = {"node-a": 4, "node-b": 5, "node-c": 0}
+    assert ledger.fenced_stagers(lease, staged) == [("node-a", 4)], "0: staged without a ledger"
+    assert ledger.fenced_stagers(None, staged) == [], "a missing lease is unknown, not revoked"
+    assert ledger.fenced_stagers(ledger.Lease("v", 5, {}), {"node-b": 5}) == [("node-b", 5)]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from csi_hostpath.core import conditions
+from csi_hostpath.core import conditions, ledger
 from csi_hostpath.core.conditions import Problem, VolumeHealth
 from csi_hostpath.core.model import Volume
 from csi_hostpath.store.pool import PoolLayout
@@ -28,6 +28,24 @@ def node_io_errors(layout: PoolLayout, volume_id: str, holders: Iterable[str]) -
             device = str(entry.get("device", "its loop device"))
             return conditions.io_errors(count, str(entry.get("fs_type", "")), device, node_id)
     return ""
+
+
+def fenced(volume_id: str, layout: PoolLayout) -> list[Problem]:
+    """A node that still reports the volume staged under a token the ledger revoked (a
+    force-detach it has not acted on yet): the volume may be written by two nodes."""
+    staged = {}
+    for beat in layout.heartbeats(volume_id):
+        entry = beat.volumes.get(volume_id)
+        generation = entry.get("generation") if entry else None
+        if isinstance(generation, int):
+            staged[beat.node_id] = generation
+    if not staged:
+        return []
+    stagers = ledger.fenced_stagers(layout.read_lease(volume_id), staged)
+    return [
+        Problem(VolumeHealth.INACCESSIBLE, conditions.FENCED, conditions.fenced_elsewhere(n, g))
+        for n, g in stagers
+    ]
 
 
 # The message of a volume with no problem, for the v1.12 VolumeCondition.
@@ -50,7 +68,7 @@ def volume_problems(
                 "from a snapshot or delete the volume",
             )
         ]
-    found = []
+    found = fenced(volume.volume_id, layout)
     if size != volume.capacity_bytes:
         # Cut short, the file lost the volume's tail; grown, it only holds more than promised.
         kind = VolumeHealth.DATA_LOSS if size < volume.capacity_bytes else VolumeHealth.DEGRADED

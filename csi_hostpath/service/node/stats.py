@@ -9,7 +9,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from csi_hostpath.core import access, conditions
+from csi_hostpath.core import access, conditions, ledger
 from csi_hostpath.core.capacity import POOL_RESERVE_BYTES
 from csi_hostpath.core.conditions import Problem, VolumeHealth
 from csi_hostpath.core.errors import (
@@ -102,8 +102,20 @@ class StagedVolumes:
     def _problems(
         self, staged: NodeStaging, path: str | None, frozen_after: float
     ) -> tuple[list[Problem], LoopDevice | None]:
-        """What is wrong with a staged volume, worst first, and its loop device. A freeze counts
-        once it is frozen_after seconds old (a snapshot's short freeze is no fault)."""
+        """What is wrong with a staged volume, worst first, and its loop device. A hold the
+        ledger revoked comes first: the node must stop using the volume whatever else holds."""
+        found, device = self._kernel_problems(staged, path, frozen_after)
+        lease = self.layout.read_lease(staged.volume_id)
+        if ledger.fenced_stagers(lease, {self.node_id: staged.generation}):
+            fenced = conditions.fenced_here(staged.volume_id, staged.generation)
+            found = [Problem(VolumeHealth.INACCESSIBLE, conditions.FENCED, fenced), *found]
+        return found, device
+
+    def _kernel_problems(
+        self, staged: NodeStaging, path: str | None, frozen_after: float
+    ) -> tuple[list[Problem], LoopDevice | None]:
+        """What the pool and the kernel say of a staged volume. A freeze counts once it is
+        frozen_after seconds old (a snapshot's short freeze is no fault)."""
         volume_id = staged.volume_id
         if not self.mounts.backing_for(staged).exists():
             return [
