@@ -8,19 +8,23 @@ for real on loop devices through a real gRPC server, seen with its reason, and s
   force-detach) revokes the node's hold. Until the node's teardown, or its fence pass, the node
   reports the staging Fenced and the controller reports the volume Fenced (the node's heartbeat
   still lists it under the revoked token); after the teardown the controller's clears, and a new
-  publish and stage is healthy on both sides."""
+  publish and stage is healthy on both sides. A node frozen through the force-detach keeps the
+  controller's report Fenced until it thaws and fences itself, and then it clears."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import grpc
 
 from csi_hostpath._pb import csi_pb2 as pb
 from tests import helpers as h
 from tests.conftest import in_process
+from tests.processes import UNSHARE
 from tests.real.test_health import _controller, _eventually, _health
 
 Status = pb.VolumeHealthErrorType
@@ -117,3 +121,37 @@ def test_a_force_detached_volume_is_fenced_on_both_sides_until_torn_down(workdir
         assert _health(client, vol.volume_id, target) == []
         assert _controller(client, vol.volume_id) == []
         h.release(client, vol.volume_id, staging, target)
+
+
+def test_a_node_frozen_through_a_force_detach_is_fenced_until_it_fences_itself(
+    spawn: Any, workdir: Path
+) -> None:
+    shared = ["--pool-scope", "shared", "--pool-dir", str(workdir / "pool")]
+    _, ctrl = spawn("ctrl", "--mode", "controller", *shared, node_id="controller")
+    node_flags = ["--mode", "node", *shared, "--fence-interval", "1", "--heartbeat-interval", "0.3"]
+    a_proc, a = spawn("node-a", *node_flags, node_id="node-a", prefix=UNSHARE)
+    cap = h.mount_cap("ext4")
+    vol = h.create(ctrl, "a", cap, 32 * MiB)
+    ctx = h.publish(ctrl, vol.volume_id, "node-a", cap)
+    staging, target = workdir / "a" / "globalmount", workdir / "a" / "pod" / "mount"
+    staging.mkdir(parents=True)
+    h.stage(a, vol, staging, cap, ctx)
+    h.node_publish(a, vol.volume_id, staging, target, cap, publish_context=ctx)
+    assert _controller(ctrl, vol.volume_id) == []
+
+    # node-a freezes, and Kubernetes force-detaches the volume from it.
+    a_proc.kill(signal.SIGSTOP)
+    try:
+        h.unpublish(ctrl, vol.volume_id, "node-a")
+        assert _controller(ctrl, vol.volume_id) == [(Status.INACCESSIBLE, "Fenced")]
+    finally:
+        a_proc.kill(signal.SIGCONT)
+    # Thawed, node-a fences itself at its next fence pass and its heartbeat drops the volume.
+    _eventually(lambda: _controller(ctrl, vol.volume_id) == [])
+    assert "FENCING volume" in a_proc.log()
+    h.expect_code(
+        grpc.StatusCode.NOT_FOUND,
+        a.node.NodeGetVolumeHealth,
+        pb.NodeGetVolumeHealthRequest(volume_id=vol.volume_id),
+    )
+    h.delete(ctrl, vol.volume_id)
