@@ -205,6 +205,8 @@ check_args() {
   read -r name recipe source < <(row "$1")
   case "$recipe:$source" in
     driver:*) printf '%s\n' --help ;;
+    # The lister has no --version; Go's flag package answers -h with its usage and status 0.
+    go:snapshot-metadata-lister) printf '%s\n' -h ;;
     go:*) printf '%s\n' --version ;;
     busybox:*)
       # shellcheck disable=SC2016 # expanded by the image's sh, not here
