@@ -149,3 +149,23 @@ def release(client: Any, volume_id: str, staging: Path, target: Path) -> None:
     unstage(client, volume_id, staging)
     unpublish(client, volume_id, "node-a")
     delete(client, volume_id)
+
+
+class Mounted:
+    """A volume taken through ControllerPublish, NodeStage and NodePublish, and back."""
+
+    def __init__(
+        self, client: Any, workdir: Path, vol: pb.Volume, cap: pb.VolumeCapability, tag: str
+    ) -> None:
+        self.client, self.vol, self.cap = client, vol, cap
+        self.staging = workdir / tag / "globalmount"
+        self.target = workdir / tag / "mount"
+        self.staging.mkdir(parents=True)
+        self.ctx = publish(client, vol.volume_id, "node-a", cap)
+        stage(client, vol, self.staging, cap, self.ctx)
+        node_publish(client, vol.volume_id, self.staging, self.target, cap)
+
+    def close(self) -> None:
+        node_unpublish(self.client, self.vol.volume_id, self.target)
+        unstage(self.client, self.vol.volume_id, self.staging)
+        unpublish(self.client, self.vol.volume_id, "node-a")

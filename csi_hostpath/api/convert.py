@@ -98,7 +98,9 @@ def snapshot_to_pb(
     return pb.Snapshot(
         snapshot_id=snap.snapshot_id,
         source_volume_id=snap.source_volume_id,
-        size_bytes=snap.size_bytes,
+        # The least a restore may ask for, not the bytes held: external-provisioner refuses a
+        # claim below it, and the driver rounds a claim at it up to the whole source.
+        size_bytes=snap.restore_floor,
         creation_time=created,
         ready_to_use=snap.ready,
         group_snapshot_id=group_id,

@@ -50,6 +50,14 @@ class Volume:
     content_source: ContentSource | None = None
     node_id: str | None = None  # set in local pool scope: the node whose pool holds the file
     created_at: float = 0.0
+    # The capacity the CO asked for (0: none), which the driver may have rounded up: its
+    # snapshots report it, so a claim of the source's size restores them.
+    requested_bytes: int = 0
+
+    @property
+    def restore_floor(self) -> int:
+        """The least a copy of this volume may ask for: the request that made it this size."""
+        return min(self.requested_bytes, self.capacity_bytes) or self.capacity_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,9 +65,16 @@ class Snapshot:
     snapshot_id: str
     name: str
     source_volume_id: str
-    size_bytes: int
+    size_bytes: int  # what the snapshot holds: its source's whole size
     created_at: float
     ready: bool = True
+    # The least a restore may ask for (its source's restore_floor); 0: size_bytes. CSI's
+    # size_bytes reports this one.
+    restore_bytes: int = 0
+
+    @property
+    def restore_floor(self) -> int:
+        return min(self.restore_bytes, self.size_bytes) or self.size_bytes
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,8 +20,8 @@ class Catalog(Connection):
                 return volume_of(row)
             db.execute(
                 "INSERT INTO volumes (volume_id, name, capacity_bytes, capabilities, fs_type, "
-                "parameters, source_kind, source_id, node_id, created_at) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?)",
+                "parameters, source_kind, source_id, node_id, created_at, requested_bytes) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     volume.volume_id,
                     volume.name,
@@ -33,6 +33,7 @@ class Catalog(Connection):
                     volume.content_source.source_id if volume.content_source else None,
                     volume.node_id,
                     volume.created_at,
+                    volume.requested_bytes,
                 ),
             )
             return None
@@ -49,10 +50,15 @@ class Catalog(Connection):
         with self._tx() as db:
             db.execute("DELETE FROM volumes WHERE volume_id=?", (volume_id,))
 
-    def set_capacity(self, volume_id: str, capacity_bytes: int) -> None:
+    def set_capacity(
+        self, volume_id: str, capacity_bytes: int, requested_bytes: int | None = None
+    ) -> None:
+        """The volume's new size, and the request that grew it to that (None: kept)."""
         with self._tx() as db:
             db.execute(
-                "UPDATE volumes SET capacity_bytes=? WHERE volume_id=?", (capacity_bytes, volume_id)
+                "UPDATE volumes SET capacity_bytes=?, "
+                "requested_bytes=COALESCE(?, requested_bytes) WHERE volume_id=?",
+                (capacity_bytes, requested_bytes, volume_id),
             )
 
     def _page(
@@ -131,7 +137,7 @@ class Catalog(Connection):
                 return snapshot_of(row)
             db.execute(
                 "INSERT INTO snapshots (snapshot_id, name, source_volume_id, size_bytes, "
-                "created_at, ready) VALUES (?,?,?,?,?,?)",
+                "created_at, ready, restore_bytes) VALUES (?,?,?,?,?,?,?)",
                 (
                     snapshot.snapshot_id,
                     snapshot.name,
@@ -139,6 +145,7 @@ class Catalog(Connection):
                     snapshot.size_bytes,
                     snapshot.created_at,
                     int(snapshot.ready),
+                    snapshot.restore_bytes,
                 ),
             )
             return None

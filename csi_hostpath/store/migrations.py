@@ -110,6 +110,14 @@ END""",
 END""",
 )
 
+# What the CO asked for, beside the rounded size the driver gave: a snapshot reports its source's
+# request, so a restore into a claim of the source claim's size is not refused as too small. 0 in
+# rows from before: their snapshots report their whole size, as they did.
+_V4 = (
+    "ALTER TABLE volumes ADD COLUMN requested_bytes INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE snapshots ADD COLUMN restore_bytes INTEGER NOT NULL DEFAULT 0",
+)
+
 # Derived state, derived again from the rows at every open: whatever wrote the file meanwhile (a
 # hand edit, a restored copy), the total starts equal to the rows' sum.
 _RECOUNT = (
@@ -118,7 +126,7 @@ _RECOUNT = (
 )
 
 # MIGRATIONS[n] takes a database from version n to n + 1.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

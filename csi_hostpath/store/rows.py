@@ -66,6 +66,7 @@ def volume_of(row: sqlite3.Row) -> Volume:
         content_source=source,
         node_id=row["node_id"],
         created_at=row["created_at"],
+        requested_bytes=row["requested_bytes"],
     )
 
 
@@ -89,6 +90,7 @@ def snapshot_of(row: sqlite3.Row) -> Snapshot:
         size_bytes=row["size_bytes"],
         created_at=row["created_at"],
         ready=bool(row["ready"]),
+        restore_bytes=row["restore_bytes"],
     )
 
 

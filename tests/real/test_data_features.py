@@ -30,32 +30,12 @@ def has_cap_sys_resource() -> bool:
     return False
 
 
-class Mounted:
-    """A volume taken through ControllerPublish, NodeStage and NodePublish, and back."""
-
-    def __init__(
-        self, client: Client, workdir: Path, vol: pb.Volume, cap: pb.VolumeCapability, tag: str
-    ) -> None:
-        self.client, self.vol, self.cap = client, vol, cap
-        self.staging = workdir / tag / "globalmount"
-        self.target = workdir / tag / "mount"
-        self.staging.mkdir(parents=True)
-        self.ctx = h.publish(client, vol.volume_id, "node-a", cap)
-        h.stage(client, vol, self.staging, cap, self.ctx)
-        h.node_publish(client, vol.volume_id, self.staging, self.target, cap)
-
-    def close(self) -> None:
-        h.node_unpublish(self.client, self.vol.volume_id, self.target)
-        h.unstage(self.client, self.vol.volume_id, self.staging)
-        h.unpublish(self.client, self.vol.volume_id, "node-a")
-
-
 @pytest.fixture
 def mount(driver: Client, workdir: Path) -> Iterator[Any]:
-    opened: list[Mounted] = []
+    opened: list[h.Mounted] = []
 
-    def _mount(vol: pb.Volume, cap: pb.VolumeCapability, tag: str) -> Mounted:
-        m = Mounted(driver, workdir, vol, cap, tag)
+    def _mount(vol: pb.Volume, cap: pb.VolumeCapability, tag: str) -> h.Mounted:
+        m = h.Mounted(driver, workdir, vol, cap, tag)
         opened.append(m)
         return m
 

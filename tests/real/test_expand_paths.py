@@ -18,7 +18,8 @@ import pytest
 from csi_hostpath._pb import csi_pb2 as pb
 from tests import helpers as h
 from tests.conftest import Client
-from tests.real.test_data_features import Mounted, _from_source, _snapshot
+from tests.helpers import Mounted
+from tests.real.test_data_features import _from_source, _snapshot
 from tests.real.test_freeze import _staged, always_thawed, held_driver, snapshot
 
 C = grpc.StatusCode

@@ -74,6 +74,12 @@ def test_the_turn_one_schema_upgrades_with_its_rows(tmp_path: Path) -> None:
         assert [e.reason for e in store.audit("vol-1")] == ["old fence", "new"]
         # The running total of sizes starts as the sum of the rows the upgrade found.
         assert store.promised_bytes() == 16 << 20
+        # No request was recorded before: the old snapshot reports its whole size, as it did.
+        assert volume.requested_bytes == 0 and volume.restore_floor == 16 << 20
+        assert snapshot.restore_bytes == 0 and snapshot.restore_floor == 16 << 20
+        store.set_capacity("vol-1", 32 << 20, 30_000_000)
+        grown = store.get_volume("vol-1")
+        assert grown is not None and grown.restore_floor == 30_000_000
     finally:
         store.close()
     db = sqlite3.connect(path)

@@ -137,8 +137,9 @@ class ControllerService:
                 return self.created(existing)
             choose_segment(self.config, topology)
             source_file: Path | None = None
+            requested = required_bytes
             if content_source is not None:
-                source_file, source_size = self._content_source(content_source, fs_type)
+                source_file, source_size, floor = self._content_source(content_source, fs_type)
                 # CSI's OUT_OF_RANGE example: "a volume smaller than the source snapshot".
                 if limit_bytes and limit_bytes < source_size:
                     raise CapacityOutOfRange(
@@ -146,14 +147,20 @@ class ControllerService:
                         f"{describe_bytes(limit_bytes)}: a volume can't be restored into less "
                         "than its source"
                     )
-                if required_bytes and size < source_size:
+                # The source reports the request it was made with (its floor) as its size, which
+                # this driver may have rounded up: a request at that floor gets the whole source.
+                if required_bytes and required_bytes < floor and size < source_size:
+                    held = describe_bytes(source_size)
+                    if floor != source_size:
+                        held += f" (its claim asked {describe_bytes(floor)})"
                     raise CapacityOutOfRange(
-                        f"the source holds {describe_bytes(source_size)}, more than the "
-                        f"{describe_bytes(size)} asked for: a volume can't be restored into "
-                        "less than its source; ask for at least its size, or for none"
+                        f"the source holds {held}, more than the {describe_bytes(size)} asked "
+                        "for: a volume can't be restored into less than its source; ask for at "
+                        "least its size, or for none"
                     )
                 # With no size asked for, a restore or clone is as large as its source.
                 size = max(size, source_size) if required_bytes else source_size
+                requested = max(required_bytes, floor)
             refuse_below_reserve(self.system.pool.free_bytes(), "CreateVolume")
             volume = Volume(
                 volume_id=new_volume_id(),
@@ -165,6 +172,7 @@ class ControllerService:
                 content_source=content_source,
                 node_id=self.config.node_id if self.config.pool_scope == PoolScope.LOCAL else None,
                 created_at=time.time(),
+                requested_bytes=requested,
             )
             path = self.layout.volume_file(volume.volume_id)
             try:
@@ -198,8 +206,9 @@ class ControllerService:
             )
             return self.created(volume)
 
-    def _content_source(self, source: ContentSource, fs_type: str) -> tuple[Path, int]:
-        """The file to copy from and its size; NOT_FOUND when the source is gone."""
+    def _content_source(self, source: ContentSource, fs_type: str) -> tuple[Path, int, int]:
+        """The file to copy from, its size, and the least a copy may ask for (the source's
+        restore_floor); NOT_FOUND when the source is gone."""
         if source.kind == "snapshot":
             snap = (
                 self.store.get_snapshot(source.source_id)
@@ -210,14 +219,15 @@ class ControllerService:
                 raise missing_source(self.config, "snapshot", source.source_id)
             origin = self.store.get_volume(snap.source_volume_id)  # None: deleted, fs unknown
             access.check_source_fs(snap.snapshot_id, origin.fs_type if origin else None, fs_type)
-            return self.layout.snapshot_file(snap.snapshot_id), snap.size_bytes
+            return self.layout.snapshot_file(snap.snapshot_id), snap.size_bytes, snap.restore_floor
         volume = self.store.get_volume(source.source_id) if is_volume_id(source.source_id) else None
         if volume is None:
             if not is_volume_id(source.source_id):
                 raise VolumeNotFound(f"source volume {source.source_id!r} does not exist")
             raise missing_source(self.config, "volume", source.source_id)
         access.check_source_fs(volume.volume_id, volume.fs_type, fs_type)
-        return self.layout.volume_file(volume.volume_id), volume.capacity_bytes
+        path = self.layout.volume_file(volume.volume_id)
+        return path, volume.capacity_bytes, volume.restore_floor
 
     def _copy_from_source(
         self, source: ContentSource | None, source_file: Path, dest: Path, size: int
@@ -345,9 +355,12 @@ class ControllerService:
             with self.capacity.promise(f"grow:{volume_id}", grow_by, CapacityOutOfRange):
                 self.system.pool.grow(path, size)
                 # The identity follows the size first: the file never says less than the record.
+                requested = max(volume.requested_bytes, required_bytes)
                 grown = identity.volume_identity(volume)
-                identity.write_identity(path, {**grown, "size_bytes": size})
-                self.store.set_capacity(volume_id, size)
+                identity.write_identity(
+                    path, {**grown, "size_bytes": size, "requested_bytes": requested}
+                )
+                self.store.set_capacity(volume_id, size, requested)
             self.capacity.allocations.changed(volume_id)
             log.info("expanded %s from %d to %d bytes", volume_id, volume.capacity_bytes, size)
             # The node must refresh the loop device's size, and grow the filesystem on it.

@@ -70,6 +70,7 @@ class Snapshots:
                 source_volume_id=volume.volume_id,
                 size_bytes=volume.capacity_bytes,
                 created_at=time.time(),
+                restore_bytes=volume.restore_floor,
             )
             dest = self.layout.snapshot_file(snapshot.snapshot_id)
             refuse_below_reserve(self.system.pool.free_bytes(), "CreateSnapshot")

@@ -60,6 +60,7 @@ def volume_identity(volume: Volume) -> dict[str, Any]:
         "source": {"kind": source.kind, "id": source.source_id} if source else None,
         "node_id": volume.node_id,
         "created_at": volume.created_at,
+        "requested_bytes": volume.requested_bytes,
     }
 
 
@@ -73,6 +74,7 @@ def snapshot_identity(snapshot: Snapshot, fs_type: str) -> dict[str, Any]:
         "source_volume_id": snapshot.source_volume_id,
         "fs_type": fs_type,
         "created_at": snapshot.created_at,
+        "restore_bytes": snapshot.restore_bytes,
     }
 
 
@@ -90,6 +92,7 @@ def volume_from_identity(body: dict[str, Any], size_bytes: int) -> Volume:
         content_source=ContentSource(str(source["kind"]), str(source["id"])) if source else None,
         node_id=body.get("node_id"),
         created_at=float(body.get("created_at", 0.0)),
+        requested_bytes=int(body.get("requested_bytes", 0)),
     )
 
 
@@ -100,6 +103,7 @@ def snapshot_from_identity(body: dict[str, Any], size_bytes: int) -> Snapshot:
         source_volume_id=str(body["source_volume_id"]),
         size_bytes=max(int(body["size_bytes"]), size_bytes),
         created_at=float(body.get("created_at", 0.0)),
+        restore_bytes=int(body.get("restore_bytes", 0)),
     )
 
 
