@@ -6,6 +6,9 @@ Against a cluster with the chart installed (`make k8s-bench`, or KUBECONFIG and
 - claim created -> pod Running: a PersistentVolumeClaim and a pod that mounts it, created
   together; the time from the claim's create call until the pod's phase is Running, as a watch
   sees it. 20 pairs one after another (each waits for the one before), then 20 at once.
+- the floor, in the same run: the same pods with an emptyDir in place of the claim (no
+  provisioner, attacher or CSI call), 20 one after another and 20 at once; each claim figure is
+  also given as a ratio to it (what a CSI volume adds to a pod's start).
 - snapshot -> restored claim Bound: a 1 GiB claim with 100 MiB written by a pod, a
   VolumeSnapshot of it, and a claim restored from it; the time from the snapshot's create call
   until the restored claim is Bound (its volume provisioned from the snapshot's data).
@@ -55,7 +58,13 @@ def _claim(name: str, storage_class: str, size: str, source: str | None = None) 
     }
 
 
-def _pod(name: str, claim: str, command: str) -> dict[str, Any]:
+def _pod(name: str, claim: str | None, command: str) -> dict[str, Any]:
+    """A busybox pod with /data from the claim, or from an emptyDir when claim is None."""
+    volume: dict[str, Any] = (
+        {"name": "v", "persistentVolumeClaim": {"claimName": claim}}
+        if claim
+        else {"name": "v", "emptyDir": {}}
+    )
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -72,7 +81,7 @@ def _pod(name: str, claim: str, command: str) -> dict[str, Any]:
                     "volumeMounts": [{"name": "v", "mountPath": "/data"}],
                 }
             ],
-            "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": claim}}],
+            "volumes": [volume],
         },
     }
 
@@ -131,16 +140,25 @@ def _wait_for(what: str, check: Callable[[], bool], timeout: float, every: float
 
 
 def claim_to_running(
-    core: client.CoreV1Api, pods: PodWatch, ns: str, storage_class: str, count: int, at_once: bool
+    core: client.CoreV1Api,
+    pods: PodWatch,
+    ns: str,
+    storage_class: str | None,
+    count: int,
+    at_once: bool,
 ) -> list[float]:
-    prefix = f"{'par' if at_once else 'seq'}-{uuid.uuid4().hex[:6]}"
+    """Seconds from each claim's create call to its pod Running; with storage_class None, the
+    floor: each pod's create call to Running, with an emptyDir and no claim."""
+    kind = "claim" if storage_class else "bare"
+    prefix = f"{kind}-{'par' if at_once else 'seq'}-{uuid.uuid4().hex[:6]}"
     names = [f"{prefix}-{i}" for i in range(count)]
     started: dict[str, float] = {}
 
     def create(name: str) -> None:
         started[name] = time.monotonic()
-        core.create_namespaced_persistent_volume_claim(ns, _claim(name, storage_class, "64Mi"))
-        core.create_namespaced_pod(ns, _pod(name, name, "sleep 100000"))
+        if storage_class:
+            core.create_namespaced_persistent_volume_claim(ns, _claim(name, storage_class, "64Mi"))
+        core.create_namespaced_pod(ns, _pod(name, name if storage_class else None, "sleep 100000"))
 
     if at_once:
         threads = [threading.Thread(target=create, args=(n,)) for n in names]
@@ -217,6 +235,13 @@ def _figures(samples: Sequence[float]) -> dict[str, float]:
     }
 
 
+def _ratios(ours: Sequence[float], floor: Sequence[float]) -> dict[str, float]:
+    return {
+        f"{q}_ratio": round(percentile(ours, n) / percentile(floor, n), 2)
+        for q, n in (("p50", 50), ("p90", 90))
+    }
+
+
 def _delete_namespace(core: client.CoreV1Api, ns: str) -> None:
     core.delete_namespace(ns)
 
@@ -247,7 +272,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         pods = PodWatch(core, ns)
         try:
+            bare_seq = claim_to_running(core, pods, ns, None, args.count, at_once=False)
             seq = claim_to_running(core, pods, ns, args.storage_class, args.count, at_once=False)
+            bare_par = claim_to_running(core, pods, ns, None, args.count, at_once=True)
             par = claim_to_running(core, pods, ns, args.storage_class, args.count, at_once=True)
             snap = snapshot_to_bound(
                 core, custom, pods, ns, args.storage_class, args.snapshot_class
@@ -258,6 +285,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         one = {
             "claim_to_running_one_after_another": _figures(seq),
             "claim_to_running_at_once": _figures(par),
+            "emptydir_pod_to_running_one_after_another": _figures(bare_seq),
+            "emptydir_pod_to_running_at_once": _figures(bare_par),
+            "one_after_another_vs_emptydir": _ratios(seq, bare_seq),
+            "at_once_vs_emptydir": _ratios(par, bare_par),
             "snapshot_to_restored_bound_s": round(snap, 3),
         }
         results["rounds"].append(one)
