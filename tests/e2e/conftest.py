@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -76,8 +76,11 @@ def make_cluster(
     Kubernetes deployment of this driver); each node in its own mount namespace."""
 
     def make(
-        nodes: tuple[str, ...] = ("node-a", "node-b"), controller_flags: tuple[str, ...] = ()
+        nodes: tuple[str, ...] = ("node-a", "node-b"),
+        controller_flags: tuple[str, ...] = (),
+        node_flags: Mapping[str, tuple[str, ...]] | None = None,
     ) -> Cluster:
+        """node_flags: more `serve` flags for one node, after the common ones (the last wins)."""
         shared = ["--pool-scope", "shared", "--pool-dir", str(workdir / "pool")]
         beat = ["--heartbeat-interval", HEARTBEAT]
         handle, client = spawn(
@@ -107,7 +110,8 @@ def make_cluster(
         for name in nodes:
             node_id = unique_node_id(name, run_id)
             ns = namespaces(name)
-            cluster.nodes[name] = _node(spawn, workdir, ns, plugins, node_id, name, *flags)
+            extra = (node_flags or {}).get(name, ())
+            cluster.nodes[name] = _node(spawn, workdir, ns, plugins, node_id, name, *flags, *extra)
         return cluster
 
     return make

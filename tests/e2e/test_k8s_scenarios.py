@@ -219,8 +219,15 @@ def test_a_partitioned_node_still_running_is_revoked_and_fences_before_the_new_s
     node that is not really down. The attach-detach controller detaches at once; the driver
     records a revocation (node-a's fresh heartbeat still lists the volume staged). node-b's
     NodeStage is refused ABORTED while node-a's heartbeat lists it; the kubelet retries with
-    its backoff, node-a fences itself at its next fence pass, and the retry goes through."""
-    world = _world(make_cluster)
+    its backoff, node-a fences itself at its next fence pass, and the retry goes through.
+    node-a's fence pass comes every 5 s here, not every second: on a loaded machine node-a
+    fenced before node-b's first NodeStage, which then had nothing to refuse."""
+    world = World(
+        make_cluster(
+            controller_flags=("--node-grace", GRACE),
+            node_flags={"node-a": ("--fence-interval", "5")},
+        )
+    )
     payload = _start(world, "uid-a", "node-a")
     world.partition("node-a")
     world.run_until(lambda: not world.api.nodes["node-a"].ready, 120, "node-a NotReady")
