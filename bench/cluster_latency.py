@@ -172,7 +172,28 @@ def claim_to_running(
         for name in names:
             create(name)
             ran.update(pods.wait([name], timeout=300))
-    return [ran[n] - started[n] for n in names]
+    took = [ran[n] - started[n] for n in names]
+    _clear(core, ns, names, claims=storage_class is not None)
+    return took
+
+
+def _clear(core: client.CoreV1Api, ns: str, names: Sequence[str], claims: bool) -> None:
+    """Delete a set's pods (and claims), and wait until they are gone: a node takes only
+    maxVolumesPerNode volumes (16 in the e2e values), which the next set must find free."""
+    for name in names:
+        core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+        if claims:
+            core.delete_namespaced_persistent_volume_claim(name, ns)
+
+    def gone() -> bool:
+        left = {p.metadata.name for p in core.list_namespaced_pod(ns).items}
+        if claims:
+            left |= {
+                c.metadata.name for c in core.list_namespaced_persistent_volume_claim(ns).items
+            }
+        return not left & set(names)
+
+    _wait_for(f"{len(names)} pods and their claims not deleted", gone, 600, every=0.5)
 
 
 def snapshot_to_bound(
