@@ -39,9 +39,10 @@ GRACE = "2"
 PVC = "pvc-web-0"
 
 
-def _world(make_cluster: Callable[..., Cluster]) -> World:
+def _world(make_cluster: Callable[..., Cluster], **node_flags: tuple[str, ...]) -> World:
+    """node_flags: more `serve` flags for a node, by its name."""
     # The controller judges silence with the same grace as the node plugins and the operator.
-    return World(make_cluster(controller_flags=("--node-grace", GRACE)))
+    return World(make_cluster(controller_flags=("--node-grace", GRACE), node_flags=node_flags))
 
 
 def _mounted(world: World, node: str, uid: str) -> bool:
@@ -222,12 +223,7 @@ def test_a_partitioned_node_still_running_is_revoked_and_fences_before_the_new_s
     its backoff, node-a fences itself at its next fence pass, and the retry goes through.
     node-a's fence pass comes every 5 s here, not every second: on a loaded machine node-a
     fenced before node-b's first NodeStage, which then had nothing to refuse."""
-    world = World(
-        make_cluster(
-            controller_flags=("--node-grace", GRACE),
-            node_flags={"node-a": ("--fence-interval", "5")},
-        )
-    )
+    world = _world(make_cluster, **{"node-a": ("--fence-interval", "5")})
     payload = _start(world, "uid-a", "node-a")
     world.partition("node-a")
     world.run_until(lambda: not world.api.nodes["node-a"].ready, 120, "node-a NotReady")

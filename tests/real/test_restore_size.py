@@ -17,6 +17,7 @@ from csi_hostpath._pb import csi_pb2 as pb
 from tests import helpers as h
 from tests.conftest import Client, in_process
 from tests.needs import needs_fs
+from tests.real.test_data_features import _from_source, _snapshot
 
 C = grpc.StatusCode
 MiB = h.MiB
@@ -30,25 +31,10 @@ def mounted(driver: Client, workdir: Path) -> Iterator[list[h.Mounted]]:
         m.close()
 
 
-def _snapshot(driver: Client, source: str, name: str) -> pb.Snapshot:
-    return driver.controller.CreateSnapshot(
-        pb.CreateSnapshotRequest(source_volume_id=source, name=name)
-    ).snapshot
-
-
 def _restore(
     driver: Client, name: str, cap: pb.VolumeCapability, snapshot_id: str, size: int
 ) -> pb.Volume:
-    return driver.controller.CreateVolume(
-        pb.CreateVolumeRequest(
-            name=name,
-            volume_capabilities=[cap],
-            volume_content_source=pb.VolumeContentSource(
-                snapshot=pb.VolumeContentSource.SnapshotSource(snapshot_id=snapshot_id)
-            ),
-            capacity_range=pb.CapacityRange(required_bytes=size),
-        )
-    ).volume
+    return _from_source(driver, name, cap, size, snapshot_id=snapshot_id)
 
 
 @pytest.mark.parametrize(
