@@ -134,9 +134,11 @@ if [ "$SNAPSHOTS" = 1 ]; then
 fi
 
 step "4. the chart (make kind-deploy)"
+# The registrar and the liveness probe from the driver's image: kubernetes-csi's can't be made here.
 run "$HELM" upgrade --install "$RELEASE" "$CHART_DIR" --namespace "$NAMESPACE" \
   --create-namespace --set driver.image.repository="$IMAGE" \
-  --set-string driver.image.tag="$IMAGE_TAG" --wait --timeout 5m
+  --set-string driver.image.tag="$IMAGE_TAG" --wait --timeout 5m \
+  --set sidecars.nodeDriverRegistrar.implementation=csi-hostpath --set sidecars.livenessProbe.implementation=csi-hostpath
 run "$KUBECTL" -n "$NAMESPACE" rollout status statefulset/"$RELEASE-controller" --timeout="$WAIT"
 run "$KUBECTL" -n "$NAMESPACE" rollout status daemonset/"$RELEASE-node" --timeout="$WAIT"
 expect "both workers registered the driver" \

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.chart.chart_tool import ROOT
+from tests.chart.test_project_clusters import assert_own_helpers, helm_values
 
 SCRIPT = ROOT / "tools" / "kind-e2e.sh"
 GUIDE = ROOT / "docs" / "kind.md"
@@ -78,6 +80,14 @@ def test_dry_run_brings_up_kind_loads_the_image_and_deploys(dry_run: str) -> Non
         "cgroup2fs",
     ):
         assert needed in dry_run, needed
+
+
+def test_the_chart_runs_the_projects_registrar_and_probe(dry_run: str) -> None:
+    """The chart's defaults name kubernetes-csi's images, which this project's machines can't
+    make: the release here selects the driver image's own (tests/chart/test_project_clusters.py)."""
+    installs = [line for line in dry_run.splitlines() if " upgrade --install " in line]
+    assert len(installs) == 1, installs
+    assert_own_helpers(helm_values(shlex.split(installs[0])))
 
 
 def test_dry_run_covers_every_experiment_of_the_guide(dry_run: str) -> None:
