@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -143,3 +144,15 @@ def test_a_missing_loop_control_is_made_when_the_kernel_has_one(spawn: Any, work
     staging.mkdir()
     h.stage(client, vol, staging, cap, h.publish(client, vol.volume_id, "node-a", cap))
     h.unstage(client, vol.volume_id, staging)
+
+
+def test_the_doctor_in_a_static_dev_makes_the_nodes_as_the_driver_does(workdir: Path) -> None:
+    out = subprocess.run(
+        [*static_dev(loop_nodes=0, loop_control=False), sys.executable, "-m", "csi_hostpath",
+         "doctor", "--state-dir", str(workdir / "state"), "--pool-dir", str(workdir / "pool")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    lines = {line.split()[1]: line for line in out.stdout.splitlines() if len(line.split()) > 1}
+    for check in ("loop-control", "loop-devices"):
+        assert lines[check].startswith("OK"), out.stdout
+        assert "made here" in lines[check], out.stdout
