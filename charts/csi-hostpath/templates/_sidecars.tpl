@@ -17,6 +17,8 @@ external-attacher deploy/kubernetes/deployment.yaml of v4.12.0).
     - --v={{ $root.Values.sidecars.logVerbosity }}
     - --timeout={{ $root.Values.sidecars.timeout }}
     - --http-endpoint=:{{ $v.httpPort }}
+    - --kube-api-qps={{ $root.Values.sidecars.kubeAPIQPS }}
+    - --kube-api-burst={{ $root.Values.sidecars.kubeAPIBurst }}
     {{- if .election }}
     - --leader-election
     {{- end }}
