@@ -10,7 +10,7 @@ from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.api._log import log
 from csi_hostpath.api.status import RpcServicer, rpc
-from csi_hostpath.config import Config, PoolScope
+from csi_hostpath.daemon.config import Config, PoolScope
 from csi_hostpath.service import readiness
 from csi_hostpath.store.db import Store
 from csi_hostpath.system.base import System

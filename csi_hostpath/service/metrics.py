@@ -12,8 +12,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from csi_hostpath.config import Config
 from csi_hostpath.core.naming import loop_tag_prefix
+from csi_hostpath.daemon.config import Config
 from csi_hostpath.service.lost_volumes import lost_volumes
 from csi_hostpath.store.backing.adopt import quarantined_files
 from csi_hostpath.store.db import Store

@@ -16,7 +16,7 @@ from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.api.copy_pool import CopyPool
 from csi_hostpath.api.identity import IdentityServicer
 from csi_hostpath.cli import build_parser, config_from_args
-from csi_hostpath.config import Config
+from csi_hostpath.daemon.config import Config
 from csi_hostpath.store.db import Store
 from tests.chart.chart_tool import Rendered
 from tests.chart.test_chart import container, controller_pod, flag, node_pod

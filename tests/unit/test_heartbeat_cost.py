@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from csi_hostpath.core.naming import node_key
-from csi_hostpath.server import Driver
+from csi_hostpath.daemon.server import Driver
 from csi_hostpath.store import pool
 from csi_hostpath.store.pool import PoolLayout
 from tests import helpers as h

@@ -15,7 +15,6 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from csi_hostpath.config import Config, PoolScope
 from csi_hostpath.core import access
 from csi_hostpath.core.capacity import refuse_below_reserve
 from csi_hostpath.core.conditions import Problem
@@ -34,6 +33,7 @@ from csi_hostpath.core.errors import (
 from csi_hostpath.core.model import Capability, ContentSource, Snapshot, Volume
 from csi_hostpath.core.naming import is_snapshot_id, is_volume_id, new_volume_id
 from csi_hostpath.core.quantity import describe_bytes
+from csi_hostpath.daemon.config import Config, PoolScope
 from csi_hostpath.service.controller._log import log
 from csi_hostpath.service.controller.ledger import PublishLedger
 from csi_hostpath.service.controller.placement import (

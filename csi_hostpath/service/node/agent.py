@@ -9,12 +9,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from csi_hostpath.config import Config
 from csi_hostpath.core import conditions, ledger
 from csi_hostpath.core.context_keys import GENERATION_KEY
 from csi_hostpath.core.errors import Busy, GenerationRevoked
 from csi_hostpath.core.model import AccessType, NodePublication, NodeStaging
 from csi_hostpath.core.naming import loop_tag
+from csi_hostpath.daemon.config import Config
 from csi_hostpath.service.guard import InFlight
 from csi_hostpath.service.node._log import log
 from csi_hostpath.service.node.adopt import Unclaimed, heartbeat_entry

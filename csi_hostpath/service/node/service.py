@@ -12,7 +12,6 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from csi_hostpath.config import Config, PoolScope
 from csi_hostpath.core import access, ledger
 from csi_hostpath.core.context_keys import (
     ACCESS_TYPE_KEY,
@@ -38,6 +37,7 @@ from csi_hostpath.core.model import (
     NodeStaging,
 )
 from csi_hostpath.core.naming import is_volume_id, loop_tag, node_key
+from csi_hostpath.daemon.config import Config, PoolScope
 from csi_hostpath.service.guard import InFlight
 from csi_hostpath.service.node._log import log
 from csi_hostpath.service.node.adopt import Unclaimed

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from csi_hostpath.server import StateDirLocked, lock_state_dir
+from csi_hostpath.daemon.server import StateDirLocked, lock_state_dir
 from csi_hostpath.service.controller import sync_lease
 from csi_hostpath.service.controller.pool_truth import open_pool
 from csi_hostpath.store.backing.owner import PoolClaimRefused

@@ -24,8 +24,9 @@ from csi_hostpath.api.node import NodeServicer
 from csi_hostpath.api.rpc_log import RpcLog
 from csi_hostpath.api.self_publish import SelfPublish
 from csi_hostpath.api.snapshot_metadata import SnapshotMetadataServicer
-from csi_hostpath.config import Config
-from csi_hostpath.endpoint import claim_endpoint
+from csi_hostpath.daemon.config import Config
+from csi_hostpath.daemon.endpoint import claim_endpoint
+from csi_hostpath.daemon.stop_signals import stop_on_signals
 from csi_hostpath.service import readiness
 from csi_hostpath.service.controller import ControllerService
 from csi_hostpath.service.controller.consistency import ReentrantConsistency
@@ -36,7 +37,6 @@ from csi_hostpath.service.controller.pool_truth import open_pool
 from csi_hostpath.service.controller.snapshot_metadata import SnapshotMetadataService
 from csi_hostpath.service.metrics import Metrics, build_metrics
 from csi_hostpath.service.node import NodeService
-from csi_hostpath.stop_signals import stop_on_signals
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.freeze_channel import FreezeChannel
 from csi_hostpath.store.groups import GroupRecords
