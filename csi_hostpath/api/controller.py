@@ -16,8 +16,8 @@ from csi_hostpath.core.conditions import Problem
 from csi_hostpath.core.model import Snapshot
 from csi_hostpath.service.controller import ControllerService, CreatedVolume
 from csi_hostpath.service.controller.group_snapshots import GroupSnapshots
-from csi_hostpath.service.controller.ledger import PublishLedger
 from csi_hostpath.service.controller.modify import ModifyService
+from csi_hostpath.service.controller.publish_ledger import PublishLedger
 from csi_hostpath.service.controller.volume_condition import HEALTHY
 from csi_hostpath.service.teardown import Room, retry_when_full
 

@@ -56,7 +56,7 @@ STATUS_OF: dict[type[Exception], grpc.StatusCode] = {
     # stage stays uncertain and is retried until the other mount namespace lets go.
     errors.HeldElsewhere: grpc.StatusCode.UNAVAILABLE,
     NoSpace: grpc.StatusCode.RESOURCE_EXHAUSTED,  # NoSpaceLeft (ENOSPC, EDQUOT) too
-    # The system layer's typed failures (system/errors.py); the rest of them are INTERNAL.
+    # The system layer's typed failures (system/system_errors.py); the rest of them are INTERNAL.
     ResourceBusy: grpc.StatusCode.FAILED_PRECONDITION,
     # No loop-control, a loop node /dev lacks and can't get, or one with another device's
     # numbers: the machine must change first, and the message says how.

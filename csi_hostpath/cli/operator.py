@@ -43,7 +43,7 @@ def inspect_main(args: argparse.Namespace) -> int:
     from csi_hostpath.cli.lookup import existing_volume, no_state, not_found
     from csi_hostpath.service.inspect import as_json, inspect_volume, render_phases
     from csi_hostpath.store.db import Store
-    from csi_hostpath.store.pool import PoolLayout
+    from csi_hostpath.store.pool_layout import PoolLayout
 
     state_dir, pool_dir = state_dirs(args)
     if not (state_dir / "state.db").exists():
@@ -93,7 +93,7 @@ def ledger_main(args: argparse.Namespace) -> int:
     from csi_hostpath.service.controller import PublishLedger
     from csi_hostpath.service.guard import InFlight
     from csi_hostpath.store.db import Store
-    from csi_hostpath.store.pool import PoolLayout
+    from csi_hostpath.store.pool_layout import PoolLayout
 
     state_dir, pool_dir = state_dirs(args)
     db_path = state_dir / "state.db"

@@ -18,7 +18,7 @@ from csi_hostpath.service.controller import sync_lease
 from csi_hostpath.service.controller.pool_truth import open_pool
 from csi_hostpath.store.backing.owner import PoolClaimRefused
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.store.pool_layout import PoolLayout
 
 
 def rebuild(state_dir: Path, pool_dir: Path, take_over: bool, out: TextIO = sys.stdout) -> int:

@@ -73,7 +73,7 @@ def test_controller_and_nodes_share_the_pool_freeze_requests_travel_through(
     rendered: Rendered,
 ) -> None:
     """The controller runs apart from the nodes (--mode controller), so it asks a node to freeze
-    a volume through POOL/freeze-requests/ (service/controller/freeze_remote.py); that works
+    a volume through POOL/freeze-requests/ (service/controller/remote_freeze.py); that works
     only if both see one pool (tests/real/test_freeze_remote.py: two processes on real devices)."""
     if rendered.values["pool"]["scope"] != "shared":
         return  # the local shape: each node pod is its pool's controller and freezes in-process

@@ -33,7 +33,7 @@ from csi_hostpath.core.naming import snapshot_home
 from csi_hostpath.daemon.config import Config, PoolScope
 from csi_hostpath.service.controller.allocations import Allocations
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.base import System
 
 

@@ -23,7 +23,7 @@ from csi_hostpath.core.naming import is_volume_id, loop_tag
 from csi_hostpath.daemon.config import Config
 from csi_hostpath.service.guard import InFlight
 from csi_hostpath.service.node._log import log
-from csi_hostpath.service.node.mounts import NodeMounts
+from csi_hostpath.service.node.node_mounts import NodeMounts
 from csi_hostpath.store.db import Store
 from csi_hostpath.system.base import System
 

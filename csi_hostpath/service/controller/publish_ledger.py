@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from csi_hostpath.core import access, ledger
+from csi_hostpath.core import access, ledger_rules
 from csi_hostpath.core.context_keys import ACCESS_TYPE_KEY, GENERATION_KEY, READONLY_KEY
 from csi_hostpath.core.errors import NodeNotFound, VolumeNotFound
 from csi_hostpath.core.model import Capability, Publication, Volume
@@ -21,7 +21,7 @@ from csi_hostpath.service.controller._log import log
 from csi_hostpath.service.controller.revocation import Revocations
 from csi_hostpath.service.guard import InFlight
 from csi_hostpath.store.db import AuditEntry, Store
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.store.pool_layout import PoolLayout
 
 
 @dataclass
@@ -59,8 +59,8 @@ class PublishLedger:
 
             def decide(
                 volume: Volume, holders: list[Publication], count: int, generation: int
-            ) -> ledger.PublishDecision:
-                return ledger.decide_publish(
+            ) -> ledger_rules.PublishDecision:
+                return ledger_rules.decide_publish(
                     volume,
                     node_id,
                     cap,
@@ -81,7 +81,7 @@ class PublishLedger:
             # Written on every call, including repeats: a crash between the commit and this
             # write heals when the attacher retries.
             self.write_lease(volume_id)
-            if isinstance(decision, ledger.Publish):
+            if isinstance(decision, ledger_rules.Publish):
                 p = decision.publication
                 log.info(
                     "published %s to node %s mode=%s ro=%s generation=%d",
@@ -175,7 +175,7 @@ class PublishLedger:
         age = beat.age() if beat else None
 
         def check(p: Publication) -> None:
-            ledger.decide_force_detach(p, age, self.node_grace, accept_data_loss)
+            ledger_rules.decide_force_detach(p, age, self.node_grace, accept_data_loss)
 
         revoked = self.store.force_detach(volume_id, node_id, check, actor, reason)
         if revoked is not None:
@@ -190,7 +190,7 @@ def sync_lease(store: Store, layout: PoolLayout, volume_id: str) -> None:
     # Not fsynced: the lease is a cache of the durable ledger, rewritten whole on every change
     # and by reconcile before the controller serves. A lease lost in a crash reads as unknown:
     # nodes refuse to stage (the attacher retries) and fence nothing (see core.ledger).
-    layout.write_lease(ledger.Lease(volume_id, newest, holders))
+    layout.write_lease(ledger_rules.Lease(volume_id, newest, holders))
 
 
 def import_node_events(store: Store, layout: PoolLayout) -> int:

@@ -11,7 +11,6 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 
 from csi_hostpath.system.base import CommandError, Holder, MountEntry
-from csi_hostpath.system.errors import command_error, syscall_error
 from csi_hostpath.system.holders import holders_of_path
 from csi_hostpath.system.linux import mountinfo
 from csi_hostpath.system.linux._log import log
@@ -21,6 +20,7 @@ from csi_hostpath.system.linux.mountinfo import (
     unescape_mountinfo,
 )
 from csi_hostpath.system.runner import run
+from csi_hostpath.system.system_errors import command_error, syscall_error
 
 # --- mount(2) and umount2(2) without spawning mount(8) -------------------------------------------
 #
