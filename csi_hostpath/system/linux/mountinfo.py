@@ -57,8 +57,6 @@ def changed() -> None:
 
 _OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
 MOUNTINFO = "/proc/self/mountinfo"
-# False once the kernel has said it has no statmount(2) or no unique mount IDs.
-_statmount_works = True
 # id, parent, major:minor, root, mount point, options, "-", type, source, super options
 _MOUNTINFO_MIN_FIELDS = 10
 
@@ -131,16 +129,25 @@ def read_mountinfo_at(mount_point: str) -> list[MountRecord]:
     return parse_mountinfo(b"\n".join(lines).decode("utf-8", errors="surrogateescape"))
 
 
-def find_mount(path: str) -> MountEntry | None:
+@dataclass
+class StatmountProbe:
+    """Whether this kernel names one mount through statmount(2): True until the kernel says it
+    has no statmount(2) or no unique mount IDs, then False for as long as its owner lives (the
+    system's LinuxMounts, one per process)."""
+
+    works: bool = True
+
+
+def find_mount(path: str, probe: StatmountProbe) -> MountEntry | None:
     """The topmost mount at path (resolved), or None: statx(2) + statmount(2), two syscalls
-    whatever the number of mounts; read_mountinfo_at() where the kernel can't answer so."""
-    global _statmount_works  # noqa: PLW0603 - learnt once per process
-    if _statmount_works:
+    whatever the number of mounts; read_mountinfo_at() where the kernel can't answer so (and,
+    when no path can be answered so, probe.works turns False and statmount is not asked again)."""
+    if probe.works:
         try:
             return statmount.find(path)
         except statmount.Unsupported as exc:
             if exc.kernel_wide:
-                _statmount_works = False
+                probe.works = False
             log.debug("%s; reading mountinfo", exc)
     parsed = current()
     if parsed is None:
