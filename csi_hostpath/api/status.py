@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from typing import Any, NoReturn, TypeVar
 
 import grpc
@@ -81,24 +80,14 @@ def status_of(exc: Exception) -> grpc.StatusCode:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class RpcServicer:
-    """What `rpc` asks of a servicer: shared_lookups, the scope in which one RPC's mount lookups
-    share one read of the mount table (the system's Mounts.shared_lookups). A servicer whose
-    RPCs look no mount up keeps the default, no scope."""
-
-    shared_lookups: Callable[[], AbstractContextManager[None]] = staticmethod(nullcontext)
-
-
 def rpc(method: F) -> F:
     """Turn raised errors into a status via context.abort; never an empty reply with a code."""
 
     @functools.wraps(method)
-    def wrapper(self: RpcServicer, request: Any, context: grpc.ServicerContext) -> Any:
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
         try:
             required.check(request)
-            # Where the kernel can't name one mount, the RPC's lookups share one mountinfo read.
-            with self.shared_lookups():
-                return method(self, request, context)
+            return method(self, request, context)
         except Exception as exc:  # the edge: everything becomes a status
             if context.code() is not None:  # already aborted deliberately; let it through
                 raise
