@@ -2,7 +2,7 @@
 lease files nodes read, the fences nodes report, and the operator's force-detach. The servicer
 (api/controller.py) and the `ledger` command both call PublishLedger directly.
 
-publish: decide and commit in one transaction (core.ledger.decide_publish, whose
+publish: decide and commit in one transaction (core.ledger_rules.decide_publish, whose
 refuse_multi_attach turns a second node away, under the store's write lock) → write the lease
 nodes read. A crash between the two heals on the attacher's retry.
 """
@@ -167,7 +167,7 @@ class PublishLedger:
     def force_detach(
         self, volume_id: str, node_id: str, *, accept_data_loss: bool, actor: str, reason: str
     ) -> tuple[Publication | None, float | None]:
-        """Take node_id's hold away when core.ledger.decide_force_detach allows it (the node
+        """Take node_id's hold away when core.ledger_rules.decide_force_detach allows it (the node
         silent past the grace period, or the operator accepting the risk), and write the lease
         so the node fences itself if it comes back. Returns the revoked hold (None: the node
         held nothing, nothing to do) and the node's heartbeat age."""

@@ -3,7 +3,7 @@
 Kubernetes' own force-detach (the attach-detach controller after maxWaitForUnmountDuration on an
 unhealthy node, or at once under the node.kubernetes.io/out-of-service taint) is a plain
 ControllerUnpublishVolume with no NodeUnstage before it. The node's heartbeat tells the two apart:
-core.ledger.classify_unpublish decides, this gathers what it decides on."""
+core.ledger_rules.classify_unpublish decides, this gathers what it decides on."""
 
 from __future__ import annotations
 
