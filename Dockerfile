@@ -59,7 +59,7 @@ LABEL org.opencontainers.image.title="csi-hostpath" \
       org.opencontainers.image.base.name="${BASE_IMAGE}"
 
 # python3 runs the driver (the venv below points at Debian's /usr/bin/python3). The node plugin
-# shells out to the rest (csi_hostpath/system/linux.py; loop devices themselves are driven with
+# shells out to the rest (csi_hostpath/system/linux/; loop devices themselves are driven with
 # ioctls): blkid (util-linux), mkfs.ext4, e2fsck and resize2fs (e2fsprogs), mkfs.xfs and
 # xfs_growfs (xfsprogs), mount and umount (mount). pyudev loads libudev1 for the kernel's
 # loop-device uevents (csi_hostpath/system/linux/uevents.py). No build tools are installed here.

@@ -26,10 +26,10 @@ from typing import Any
 
 from bench.harness import GiB, MiB, Plugin, Stubs
 from bench.snapshot import _in_use
-from csi_hostpath import csi_requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
-from csi_hostpath.csi_requests import block_cap, mount_cap
+from csi_hostpath.client import csi_requests as rq
+from csi_hostpath.client.csi_requests import block_cap, mount_cap
 from csi_hostpath.system.extents import data_extents
 
 VOLUME = 10 * GiB

@@ -28,8 +28,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bench.harness import MiB, Plugin, Stubs, rss_idle
 from bench.stats import percentile, summary
-from csi_hostpath import csi_requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
+from csi_hostpath.client import csi_requests as rq
 
 AT_ONCE = 100
 SIZE = 256 * MiB

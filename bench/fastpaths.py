@@ -20,9 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import mounts_under
-from csi_hostpath.system.linux import LinuxFs, LinuxLoop, LinuxMounts, escape_mountinfo
+from csi_hostpath.system.linux import (
+    LinuxFs,
+    LinuxLoop,
+    LinuxMounts,
+    escape_mountinfo,
+    linux_mounts,
+)
 from csi_hostpath.system.linux import fs as linux_fs
-from csi_hostpath.system.linux import mounts as linux_mounts
 
 MiB = 1 << 20
 

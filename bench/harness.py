@@ -25,8 +25,8 @@ import psutil
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
+from csi_hostpath.client.csi_requests import block_cap, mount_cap
 from csi_hostpath.core.naming import loop_tag_prefix
-from csi_hostpath.csi_requests import block_cap, mount_cap
 from csi_hostpath.system.linux import LinuxLoop
 
 GiB = 1 << 30

@@ -21,9 +21,9 @@ from pathlib import Path
 import grpc
 
 from bench.harness import MiB, Stubs
-from csi_hostpath import csi_requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
-from csi_hostpath.csi_requests import block_cap
+from csi_hostpath.client import csi_requests as rq
+from csi_hostpath.client.csi_requests import block_cap
 
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 VOLUME_SIZE = 16 * MiB

@@ -19,8 +19,8 @@ import grpc
 import psutil
 
 from bench.harness import Stubs, cap_for
-from csi_hostpath import csi_requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
+from csi_hostpath.client import csi_requests as rq
 
 STEPS = (
     "CreateVolume",

@@ -18,9 +18,9 @@ from typing import Any
 
 from bench.harness import MiB, Plugin, Stubs
 from bench.stats import summary
-from csi_hostpath import csi_requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
-from csi_hostpath.csi_requests import block_cap
+from csi_hostpath.client import csi_requests as rq
+from csi_hostpath.client.csi_requests import block_cap
 
 LEVELS = (10, 2000)
 SIZE = MiB

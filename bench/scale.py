@@ -31,9 +31,9 @@ from bench.harness import GiB, Plugin, Stubs, cap_for
 from bench.lifecycle import Volume, stepper, teardown
 from bench.report import SCALE_CALLS as CALLS
 from bench.stats import summary
-from csi_hostpath import csi_requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
-from csi_hostpath.system.linux.mounts import sys_mount, sys_umount
+from csi_hostpath.client import csi_requests as rq
+from csi_hostpath.system.linux.linux_mounts import sys_mount, sys_umount
 
 LEVELS = (10, 100, 500)
 # 500 sparse volumes promise more than the disk holds, though they use a few MiB each.

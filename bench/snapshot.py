@@ -22,9 +22,9 @@ import grpc
 
 from bench.harness import GiB, MiB, Stubs
 from bench.lifecycle import Volume, teardown
-from csi_hostpath import csi_requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
-from csi_hostpath.csi_requests import mount_cap
+from csi_hostpath.client import csi_requests as rq
+from csi_hostpath.client.csi_requests import mount_cap
 
 SOURCE_SIZE = 10 * GiB
 WRITTEN = 100 * MiB

@@ -229,7 +229,7 @@ def in_process(
     """A driver served from this process on a temporary unix socket: `serve` arguments as the
     CLI parses them, and optionally another system layer, built from the pool directory."""
     from csi_hostpath.cli import config_from_args
-    from csi_hostpath.server import build_driver, start
+    from csi_hostpath.daemon.server import build_driver, start
 
     config = config_from_args(_parser().parse_args(["serve", *driver_args(workdir, name), *extra]))
     drv = build_driver(config, system=system(config.pool_dir) if system else None)

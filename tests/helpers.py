@@ -10,9 +10,9 @@ from typing import Any
 import grpc
 import pytest
 
-from csi_hostpath import csi_requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
-from csi_hostpath.csi_requests import Mode, block_cap, mount_cap
+from csi_hostpath.client import csi_requests as rq
+from csi_hostpath.client.csi_requests import Mode, block_cap, mount_cap
 
 MiB = 1 << 20
 __all__ = ["Mode", "block_cap", "mount_cap"]

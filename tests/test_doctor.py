@@ -310,7 +310,7 @@ def test_files_in_the_pool_named_like_no_volume_are_reported_and_kept(workdir: P
     """adopt_pool takes only vol-<id>.img and snap-<id>.img; anything else in volumes/ or
     snapshots/ was neither adopted nor quarantined nor reported. Doctor names it; nothing
     deletes it, a controller's restart included."""
-    from csi_hostpath.doctor.pool import check_strays
+    from csi_hostpath.doctor.pool_checks import check_strays
     from csi_hostpath.system.fake import fake_system
     from tests import helpers as h
     from tests.conftest import in_process

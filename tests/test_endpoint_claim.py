@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from csi_hostpath.endpoint import EndpointRefused, claim_endpoint
+from csi_hostpath.daemon.endpoint import EndpointRefused, claim_endpoint
 
 
 def serve_beside(workdir: Path, endpoint: Path, state: str) -> subprocess.CompletedProcess[str]:

@@ -21,7 +21,7 @@ import pytest
 from csi_hostpath import cli
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.store.pool_layout import PoolLayout
 from tests import helpers as h
 from tests.conftest import Client, in_process
 from tests.processes import free_port, metric

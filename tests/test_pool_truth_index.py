@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from csi_hostpath.core import ledger
+from csi_hostpath.core import ledger_rules
 from csi_hostpath.core.model import AccessMode, AccessType, Capability, Publication, Volume
 from csi_hostpath.core.naming import new_volume_id
-from csi_hostpath.store.backing import identity
-from csi_hostpath.store.backing.adopt import adopt_pool, quarantined_files
+from csi_hostpath.store.backing import file_identity
+from csi_hostpath.store.backing.adopt_pool import adopt_pool, quarantined_files
 from csi_hostpath.store.backing.owner import PoolClaimRefused, claim_pool
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.store.pool_layout import PoolLayout
 
 CAP = Capability(AccessType.BLOCK, AccessMode.SINGLE_NODE_WRITER)
 
@@ -40,7 +40,7 @@ def _file(layout: PoolLayout, volume: Volume, *, stamped: bool = True) -> Path:
     path.write_bytes(b"\0" * 16)
     os.truncate(path, volume.capacity_bytes)
     if stamped:
-        identity.write_identity(path, identity.volume_identity(volume))
+        file_identity.write_identity(path, file_identity.volume_identity(volume))
     return path
 
 
@@ -60,11 +60,11 @@ def test_a_create_that_crashed_before_its_identity_is_removed(
     """Intent written, file made, crash before the identity: never handed out, so it goes."""
     store, layout = pool
     volume = _volume()
-    identity.begin(layout.volume_file(volume.volume_id), identity.volume_identity(volume))
+    file_identity.begin(layout.volume_file(volume.volume_id), file_identity.volume_identity(volume))
     path = _file(layout, volume, stamped=False)
     report = adopt_pool(store, layout)
     assert report.removed == [str(path)] and not path.exists()
-    assert not identity.intent_path(path).exists()
+    assert not file_identity.intent_path(path).exists()
     assert quarantined_files(layout) == []
 
 
@@ -73,10 +73,10 @@ def test_a_crash_after_the_identity_but_before_the_commit_is_adopted(
 ) -> None:
     store, layout = pool
     volume = _volume()
-    identity.begin(layout.volume_file(volume.volume_id), identity.volume_identity(volume))
+    file_identity.begin(layout.volume_file(volume.volume_id), file_identity.volume_identity(volume))
     path = _file(layout, volume)
     assert adopt_pool(store, layout).adopted == [volume.volume_id]
-    assert not identity.intent_path(path).exists()
+    assert not file_identity.intent_path(path).exists()
 
 
 def test_a_file_older_than_the_intent_is_not_its_leftover(pool: tuple[Store, PoolLayout]) -> None:
@@ -84,7 +84,7 @@ def test_a_file_older_than_the_intent_is_not_its_leftover(pool: tuple[Store, Poo
     volume = _volume()
     path = _file(layout, volume, stamped=False)
     os.utime(path, (time.time() - 3600, time.time() - 3600))
-    identity.begin(path, identity.volume_identity(volume))
+    file_identity.begin(path, file_identity.volume_identity(volume))
     report = adopt_pool(store, layout)
     assert report.removed == [] and not path.exists()
     assert [p.name for p in quarantined_files(layout)] == [path.name]
@@ -100,7 +100,7 @@ def test_a_name_taken_by_another_record_is_quarantined(pool: tuple[Store, PoolLa
     assert report.adopted == [] and not path.exists()
     assert [p.name for p in quarantined_files(layout)] == [path.name]
     # Its identity went with it: the quarantined file can still say what it was.
-    assert identity.read_identity(quarantined_files(layout)[0]) is not None
+    assert file_identity.read_identity(quarantined_files(layout)[0]) is not None
 
 
 def test_records_from_before_identities_get_one(pool: tuple[Store, PoolLayout]) -> None:
@@ -109,14 +109,16 @@ def test_records_from_before_identities_get_one(pool: tuple[Store, PoolLayout]) 
     store.insert_volume_unless_named(volume)
     path = _file(layout, volume, stamped=False)
     assert adopt_pool(store, layout).stamped == [volume.volume_id]
-    assert identity.read_identity(path) == identity.volume_identity(volume)
+    assert file_identity.read_identity(path) == file_identity.volume_identity(volume)
 
 
 def _publish_next(store: Store, volume_id: str, node_id: str) -> int:
     def decide(
         v: Volume, holders: list[Publication], count: int, generation: int
-    ) -> ledger.PublishDecision:
-        return ledger.decide_publish(v, node_id, CAP, False, holders, count, 0, generation, 0.0)
+    ) -> ledger_rules.PublishDecision:
+        return ledger_rules.decide_publish(
+            v, node_id, CAP, False, holders, count, 0, generation, 0.0
+        )
 
     return store.publish_atomically(volume_id, node_id, decide, "test").publication.generation
 
@@ -127,7 +129,7 @@ def test_an_adopted_volume_keeps_its_tokens_and_holders(pool: tuple[Store, PoolL
     store, layout = pool
     volume = _volume()
     _file(layout, volume)
-    layout.write_lease(ledger.Lease(volume.volume_id, 7, {"node-b": 7}))
+    layout.write_lease(ledger_rules.Lease(volume.volume_id, 7, {"node-b": 7}))
     adopt_pool(store, layout)
     assert store.lease(volume.volume_id) == (7, {"node-b": 7})
     store.unpublish(volume.volume_id, "node-b", "test")
@@ -143,7 +145,7 @@ def test_an_old_backup_never_issues_a_token_twice(pool: tuple[Store, PoolLayout]
     _file(layout, volume)
     assert _publish_next(store, volume.volume_id, "node-a") == 1
     store.unpublish(volume.volume_id, "node-a", "test")
-    layout.write_lease(ledger.Lease(volume.volume_id, 5, {"node-a": 5}))
+    layout.write_lease(ledger_rules.Lease(volume.volume_id, 5, {"node-a": 5}))
     layout.beat("node-z", {volume.volume_id: {"generation": 6, "access_type": "block"}})
     report = adopt_pool(store, layout)
     assert report.raised == [volume.volume_id]
@@ -189,6 +191,6 @@ def test_a_large_identity_goes_to_the_sidecar(tmp_path: Path) -> None:
     volume = Volume(new_volume_id(), "big", 1 << 20, (CAP,), "", {"k": "v" * 6000})
     path = tmp_path / f"{volume.volume_id}.img"
     path.write_bytes(b"")
-    identity.write_identity(path, identity.volume_identity(volume))
-    assert identity.sidecar_path(path).exists()
-    assert identity.read_identity(path) == identity.volume_identity(volume)
+    file_identity.write_identity(path, file_identity.volume_identity(volume))
+    assert file_identity.sidecar_path(path).exists()
+    assert file_identity.read_identity(path) == file_identity.volume_identity(volume)

@@ -11,7 +11,7 @@ from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.api import convert
 from csi_hostpath.api.copy_pool import CopyPool
-from csi_hostpath.api.status import RpcServicer, rpc
+from csi_hostpath.api.status import rpc
 from csi_hostpath.core.model import Snapshot
 from csi_hostpath.service.controller.group_snapshots import GroupSnapshots
 from csi_hostpath.store.groups import GroupRecord
@@ -30,7 +30,7 @@ def group_to_pb(record: GroupRecord, members: list[Snapshot]) -> pb.VolumeGroupS
     )
 
 
-class GroupControllerServicer(RpcServicer, pb_grpc.GroupControllerServicer):
+class GroupControllerServicer(pb_grpc.GroupControllerServicer):
     def __init__(self, groups: GroupSnapshots, copies: CopyPool) -> None:
         self.groups = groups
         # The group's freeze and its cuts run as one job on the copy pool (api/copy_pool.py):

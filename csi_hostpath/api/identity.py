@@ -9,8 +9,8 @@ from csi_hostpath import __version__
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.api._log import log
-from csi_hostpath.api.status import RpcServicer, rpc
-from csi_hostpath.config import Config, PoolScope
+from csi_hostpath.api.status import rpc
+from csi_hostpath.daemon.config import Config, PoolScope
 from csi_hostpath.service import readiness
 from csi_hostpath.store.db import Store
 from csi_hostpath.system.base import System
@@ -18,7 +18,7 @@ from csi_hostpath.system.base import System
 Cap = pb.PluginCapability
 
 
-class IdentityServicer(RpcServicer, pb_grpc.IdentityServicer):
+class IdentityServicer(pb_grpc.IdentityServicer):
     def __init__(
         self, config: Config, store: Store, started: threading.Event, system: System | None
     ) -> None:

@@ -6,7 +6,7 @@ from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.api import convert
 from csi_hostpath.api.self_publish import SelfPublish
-from csi_hostpath.api.status import RpcServicer, rpc
+from csi_hostpath.api.status import rpc
 from csi_hostpath.core.model import AccessType
 from csi_hostpath.service.node import NodeService
 from csi_hostpath.service.node.limit import volume_limit
@@ -25,7 +25,7 @@ CAPABILITIES = (
 Usage = pb.VolumeUsage
 
 
-class NodeServicer(RpcServicer, pb_grpc.NodeServicer):
+class NodeServicer(pb_grpc.NodeServicer):
     def __init__(
         self,
         service: NodeService,
@@ -33,6 +33,8 @@ class NodeServicer(RpcServicer, pb_grpc.NodeServicer):
         room: Room | None = None,
     ) -> None:
         self.service = service
+        # Each RPC's body runs in it: where the kernel can't name one mount (no statmount(2)),
+        # the RPC's mount lookups share one read of mountinfo (the system's Mounts).
         self.shared_lookups = service.system.mounts.shared_lookups
         # Only with --self-publish (no attach in this deployment): the node takes its own hold.
         self.self_publish = self_publish
@@ -42,81 +44,86 @@ class NodeServicer(RpcServicer, pb_grpc.NodeServicer):
     def NodeStageVolume(
         self, request: pb.NodeStageVolumeRequest, context: grpc.ServicerContext
     ) -> pb.NodeStageVolumeResponse:
-        cap = convert.capability(request.volume_capability)
-        publish_context = dict(request.publish_context)
-        if self.self_publish is not None:
-            publish_context = self.self_publish.hold(request.volume_id, cap, publish_context)
-        self.service.stage(
-            request.volume_id,
-            request.staging_target_path,
-            cap,
-            publish_context,
-            dict(request.volume_context),
-        )
-        return pb.NodeStageVolumeResponse()
+        with self.shared_lookups():
+            cap = convert.capability(request.volume_capability)
+            publish_context = dict(request.publish_context)
+            if self.self_publish is not None:
+                publish_context = self.self_publish.hold(request.volume_id, cap, publish_context)
+            self.service.stage(
+                request.volume_id,
+                request.staging_target_path,
+                cap,
+                publish_context,
+                dict(request.volume_context),
+            )
+            return pb.NodeStageVolumeResponse()
 
     @rpc
     def NodeUnstageVolume(
         self, request: pb.NodeUnstageVolumeRequest, context: grpc.ServicerContext
     ) -> pb.NodeUnstageVolumeResponse:
-        retry_when_full(
-            self.room,
-            lambda: self.service.unstage(request.volume_id, request.staging_target_path),
-        )
-        if self.self_publish is not None:
-            self.self_publish.release(request.volume_id)
-        return pb.NodeUnstageVolumeResponse()
+        with self.shared_lookups():
+            retry_when_full(
+                self.room,
+                lambda: self.service.unstage(request.volume_id, request.staging_target_path),
+            )
+            if self.self_publish is not None:
+                self.self_publish.release(request.volume_id)
+            return pb.NodeUnstageVolumeResponse()
 
     @rpc
     def NodePublishVolume(
         self, request: pb.NodePublishVolumeRequest, context: grpc.ServicerContext
     ) -> pb.NodePublishVolumeResponse:
-        cap = convert.capability(request.volume_capability)
-        self.service.publish(
-            request.volume_id,
-            request.staging_target_path,
-            request.target_path,
-            cap,
-            request.readonly,
-            dict(request.volume_context),
-        )
-        return pb.NodePublishVolumeResponse()
+        with self.shared_lookups():
+            cap = convert.capability(request.volume_capability)
+            self.service.publish(
+                request.volume_id,
+                request.staging_target_path,
+                request.target_path,
+                cap,
+                request.readonly,
+                dict(request.volume_context),
+            )
+            return pb.NodePublishVolumeResponse()
 
     @rpc
     def NodeUnpublishVolume(
         self, request: pb.NodeUnpublishVolumeRequest, context: grpc.ServicerContext
     ) -> pb.NodeUnpublishVolumeResponse:
-        retry_when_full(
-            self.room, lambda: self.service.unpublish(request.volume_id, request.target_path)
-        )
-        return pb.NodeUnpublishVolumeResponse()
+        with self.shared_lookups():
+            retry_when_full(
+                self.room, lambda: self.service.unpublish(request.volume_id, request.target_path)
+            )
+            return pb.NodeUnpublishVolumeResponse()
 
     @rpc
     def NodeGetVolumeStats(
         self, request: pb.NodeGetVolumeStatsRequest, context: grpc.ServicerContext
     ) -> pb.NodeGetVolumeStatsResponse:
-        stats = self.service.stats(request.volume_id, request.volume_path)
-        usage = [
-            Usage(
-                unit=Usage.BYTES,
-                total=stats.total_bytes,
-                available=stats.available_bytes,
-                used=stats.used_bytes,
-            )
-        ]
-        if stats.access_type == AccessType.MOUNT and not stats.abnormal:
-            usage.append(
+        with self.shared_lookups():
+            stats = self.service.stats(request.volume_id, request.volume_path)
+            usage = [
                 Usage(
-                    unit=Usage.INODES,
-                    total=stats.total_inodes,
-                    available=stats.free_inodes,
-                    used=stats.used_inodes,
+                    unit=Usage.BYTES,
+                    total=stats.total_bytes,
+                    available=stats.available_bytes,
+                    used=stats.used_bytes,
                 )
+            ]
+            if stats.access_type == AccessType.MOUNT and not stats.abnormal:
+                usage.append(
+                    Usage(
+                        unit=Usage.INODES,
+                        total=stats.total_inodes,
+                        available=stats.free_inodes,
+                        used=stats.used_inodes,
+                    )
+                )
+            return pb.NodeGetVolumeStatsResponse(
+                usage=usage,
+                volume_condition=pb.VolumeCondition(abnormal=stats.abnormal, message=stats.message),
             )
-        return pb.NodeGetVolumeStatsResponse(
-            usage=usage,
-            volume_condition=pb.VolumeCondition(abnormal=stats.abnormal, message=stats.message),
-        )
 
     @rpc
     def NodeGetCapabilities(
@@ -130,53 +137,57 @@ class NodeServicer(RpcServicer, pb_grpc.NodeServicer):
     def NodeGetInfo(
         self, request: pb.NodeGetInfoRequest, context: grpc.ServicerContext
     ) -> pb.NodeGetInfoResponse:
-        topology = self.service.accessible_topology()
-        response = pb.NodeGetInfoResponse(
-            node_id=self.service.node_id,
-            max_volumes_per_node=volume_limit(
-                self.service.system.loop,
-                self.service.node_id,
-                self.service.config.max_volumes_per_node,
-            ),
-        )
-        if topology:
-            response.accessible_topology.CopyFrom(pb.Topology(segments=topology))
-        return response
+        with self.shared_lookups():
+            topology = self.service.accessible_topology()
+            response = pb.NodeGetInfoResponse(
+                node_id=self.service.node_id,
+                max_volumes_per_node=volume_limit(
+                    self.service.system.loop,
+                    self.service.node_id,
+                    self.service.config.max_volumes_per_node,
+                ),
+            )
+            if topology:
+                response.accessible_topology.CopyFrom(pb.Topology(segments=topology))
+            return response
 
     @rpc
     def NodeExpandVolume(
         self, request: pb.NodeExpandVolumeRequest, context: grpc.ServicerContext
     ) -> pb.NodeExpandVolumeResponse:
-        if request.HasField("volume_capability"):
-            convert.capability(request.volume_capability)
-        size = self.service.expand(
-            request.volume_id, request.volume_path, request.capacity_range.required_bytes
-        )
-        return pb.NodeExpandVolumeResponse(capacity_bytes=size)
+        with self.shared_lookups():
+            if request.HasField("volume_capability"):
+                convert.capability(request.volume_capability)
+            size = self.service.expand(
+                request.volume_id, request.volume_path, request.capacity_range.required_bytes
+            )
+            return pb.NodeExpandVolumeResponse(capacity_bytes=size)
 
     @rpc
     def NodeGetVolumeHealth(
         self, request: pb.NodeGetVolumeHealthRequest, context: grpc.ServicerContext
     ) -> pb.NodeGetVolumeHealthResponse:
-        problems = self.service.volumes.health(
-            request.volume_id, request.volume_publish_path, request.staging_target_path
-        )
-        return pb.NodeGetVolumeHealthResponse(
-            volume_health=convert.volume_health_to_pb(request.volume_id, problems)
-        )
+        with self.shared_lookups():
+            problems = self.service.volumes.health(
+                request.volume_id, request.volume_publish_path, request.staging_target_path
+            )
+            return pb.NodeGetVolumeHealthResponse(
+                volume_health=convert.volume_health_to_pb(request.volume_id, problems)
+            )
 
     @rpc
     def NodeGetStorageHealth(
         self, request: pb.NodeGetStorageHealthRequest, context: grpc.ServicerContext
     ) -> pb.NodeGetStorageHealthResponse:
-        Backend = pb.NodeGetStorageHealthResponse.StorageBackendHealth
-        return pb.NodeGetStorageHealthResponse(
-            backend_health=[
-                Backend(
-                    status=pb.StorageHealthErrorType.Value(p.kind.name),
-                    reason=p.reason,
-                    message=p.message,
-                )
-                for p in self.service.volumes.storage_health()
-            ]
-        )
+        with self.shared_lookups():
+            Backend = pb.NodeGetStorageHealthResponse.StorageBackendHealth
+            return pb.NodeGetStorageHealthResponse(
+                backend_health=[
+                    Backend(
+                        status=pb.StorageHealthErrorType.Value(p.kind.name),
+                        reason=p.reason,
+                        message=p.message,
+                    )
+                    for p in self.service.volumes.storage_health()
+                ]
+            )

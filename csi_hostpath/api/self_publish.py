@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from csi_hostpath.api._log import log
 from csi_hostpath.core.context_keys import GENERATION_KEY
 from csi_hostpath.core.model import Capability
-from csi_hostpath.service.controller.ledger import PublishLedger
+from csi_hostpath.service.controller.publish_ledger import PublishLedger
 
 
 class SelfPublish:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from typing import Any, NoReturn, TypeVar
 
 import grpc
@@ -56,7 +55,7 @@ STATUS_OF: dict[type[Exception], grpc.StatusCode] = {
     # stage stays uncertain and is retried until the other mount namespace lets go.
     errors.HeldElsewhere: grpc.StatusCode.UNAVAILABLE,
     NoSpace: grpc.StatusCode.RESOURCE_EXHAUSTED,  # NoSpaceLeft (ENOSPC, EDQUOT) too
-    # The system layer's typed failures (system/errors.py); the rest of them are INTERNAL.
+    # The system layer's typed failures (system/system_errors.py); the rest of them are INTERNAL.
     ResourceBusy: grpc.StatusCode.FAILED_PRECONDITION,
     # No loop-control, a loop node /dev lacks and can't get, or one with another device's
     # numbers: the machine must change first, and the message says how.
@@ -81,24 +80,14 @@ def status_of(exc: Exception) -> grpc.StatusCode:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class RpcServicer:
-    """What `rpc` asks of a servicer: shared_lookups, the scope in which one RPC's mount lookups
-    share one read of the mount table (the system's Mounts.shared_lookups). A servicer whose
-    RPCs look no mount up keeps the default, no scope."""
-
-    shared_lookups: Callable[[], AbstractContextManager[None]] = staticmethod(nullcontext)
-
-
 def rpc(method: F) -> F:
     """Turn raised errors into a status via context.abort; never an empty reply with a code."""
 
     @functools.wraps(method)
-    def wrapper(self: RpcServicer, request: Any, context: grpc.ServicerContext) -> Any:
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
         try:
             required.check(request)
-            # Where the kernel can't name one mount, the RPC's lookups share one mountinfo read.
-            with self.shared_lookups():
-                return method(self, request, context)
+            return method(self, request, context)
         except Exception as exc:  # the edge: everything becomes a status
             if context.code() is not None:  # already aborted deliberately; let it through
                 raise

@@ -58,8 +58,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as e:
             print(f"csi-hostpath: {e}", file=sys.stderr)
             return 2
-        from csi_hostpath.endpoint import EndpointRefused
-        from csi_hostpath.server import StateDirLocked, serve
+        from csi_hostpath.daemon.endpoint import EndpointRefused
+        from csi_hostpath.daemon.server import StateDirLocked, serve
         from csi_hostpath.store.backing.owner import PoolClaimRefused
         from csi_hostpath.store.open_state import StateUnreadable
 
@@ -90,16 +90,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run(args)
     if args.command == "node":
-        from csi_hostpath.node_cmd import run as node_run
+        from csi_hostpath.cli.node_cmd import run as node_run
 
         return node_run(args, state_dirs)
     if args.command == "run-dir":
-        from csi_hostpath.run_dir import run as run_dir_run
+        from csi_hostpath.cli.run_dir import run as run_dir_run
         from csi_hostpath.volume_cli.args import run_dir_from
 
         return run_dir_run(args, run_dir_from(args.run_dir)[0])
     if args.command == "state":
-        from csi_hostpath.state_cmd import rebuild
+        from csi_hostpath.cli.state_cmd import rebuild
 
         return rebuild(*state_dirs(args), args.take_over)
     return ledger_main(args)

@@ -17,7 +17,7 @@ from csi_hostpath.cli.parser import DEFAULT_STATE_DIR
 
 
 def state_dirs(args: argparse.Namespace) -> tuple[Path, Path]:
-    from csi_hostpath.lookup import state_dir as find_state_dir
+    from csi_hostpath.cli.lookup import state_dir as find_state_dir
 
     state_dir = find_state_dir(args.state_dir, DEFAULT_STATE_DIR)
     return state_dir, Path(args.pool_dir).absolute() if args.pool_dir else state_dir / "pool"
@@ -33,17 +33,17 @@ def doctor_main(args: argparse.Namespace) -> int:
 
 
 def demo_main(args: argparse.Namespace) -> int:
-    from csi_hostpath.demo import run_demo
+    from csi_hostpath.cli.demo import run_demo
 
     state_dir, pool_dir = state_dirs(args)
     return run_demo(args.endpoint, state_dir, pool_dir, sys.stdout)
 
 
 def inspect_main(args: argparse.Namespace) -> int:
-    from csi_hostpath.lookup import existing_volume, no_state, not_found
+    from csi_hostpath.cli.lookup import existing_volume, no_state, not_found
     from csi_hostpath.service.inspect import as_json, inspect_volume, render_phases
     from csi_hostpath.store.db import Store
-    from csi_hostpath.store.pool import PoolLayout
+    from csi_hostpath.store.pool_layout import PoolLayout
 
     state_dir, pool_dir = state_dirs(args)
     if not (state_dir / "state.db").exists():
@@ -88,12 +88,12 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
 
 
 def ledger_main(args: argparse.Namespace) -> int:
+    from csi_hostpath.cli.lookup import no_state, not_found, volume_id
     from csi_hostpath.core.errors import DriverError
-    from csi_hostpath.lookup import no_state, not_found, volume_id
     from csi_hostpath.service.controller import PublishLedger
     from csi_hostpath.service.guard import InFlight
     from csi_hostpath.store.db import Store
-    from csi_hostpath.store.pool import PoolLayout
+    from csi_hostpath.store.pool_layout import PoolLayout
 
     state_dir, pool_dir = state_dirs(args)
     db_path = state_dir / "state.db"

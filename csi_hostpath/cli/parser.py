@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from csi_hostpath import __version__
-from csi_hostpath.config import (
+from csi_hostpath.daemon.config import (
     DEFAULT_DRIVER_NAME,
     DEFAULT_MAX_INLINE_SIZE,
     Config,
@@ -163,7 +163,7 @@ def _add_operator_commands(sub: Any) -> None:
     demo = sub.add_parser("demo", help="take a volume through every phase on a running driver")
     _add_state_args(demo)
     demo.add_argument("--endpoint", required=True, help="the running driver's unix:// socket")
-    from csi_hostpath.node_cmd import add_node_parser
+    from csi_hostpath.cli.node_cmd import add_node_parser
 
     add_node_parser(sub, _add_state_args, _positive_float)
 
@@ -278,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="force even though the node still heartbeats",
     )
-    from csi_hostpath.run_dir import add_run_dir_parser
+    from csi_hostpath.cli.run_dir import add_run_dir_parser
     from csi_hostpath.volume_cli.args import RUN_DIR_HELP, add_volume_parser
 
     add_volume_parser(sub)

@@ -1,8 +1,8 @@
 """Is this failure "the disk is full"? One answer for the status table and the teardown retry.
 
 sqlite reports a full filesystem as SQLITE_FULL ("database or disk is full"), the kernel as
-ENOSPC or EDQUOT; each used to surface as INTERNAL. (The system layer's NoSpace has its own row
-in the status table.)"""
+ENOSPC or EDQUOT; each is RESOURCE_EXHAUSTED, not INTERNAL. (The system layer's NoSpace has its
+own row in the status table.)"""
 
 from __future__ import annotations
 

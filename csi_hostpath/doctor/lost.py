@@ -8,7 +8,7 @@ from pathlib import Path
 from csi_hostpath.doctor.finding import Finding
 from csi_hostpath.service.lost_volumes import lost_volumes
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.store.pool_layout import PoolLayout
 
 
 def check_lost(state_dir: Path, pool_dir: Path, lost_after: float) -> list[Finding]:

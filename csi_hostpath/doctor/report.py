@@ -26,7 +26,7 @@ from csi_hostpath.doctor.machine import (
     check_loop_devices,
     check_tools,
 )
-from csi_hostpath.doctor.pool import check_owner, check_pool
+from csi_hostpath.doctor.pool_checks import check_owner, check_pool
 from csi_hostpath.doctor.state import check_lock, check_socket, check_state_dir
 
 

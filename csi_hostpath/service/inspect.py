@@ -15,7 +15,7 @@ from csi_hostpath.core.naming import is_volume_id
 from csi_hostpath.core.nodeloss import DEFAULT_LOST_AFTER
 from csi_hostpath.service.lost_volumes import loss_of
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool import Heartbeat, PoolLayout
+from csi_hostpath.store.pool_layout import Heartbeat, PoolLayout
 
 OK, PENDING, STUCK, ABNORMAL, ABSENT = "ok", "pending", "stuck", "abnormal", "absent"
 

@@ -8,7 +8,7 @@ import time
 from csi_hostpath.core.model import Volume
 from csi_hostpath.core.nodeloss import DELETE_LOST_ACTION, FORGET_ACTION, Loss, node_loss
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.store.pool_layout import PoolLayout
 
 
 def forgotten_nodes(store: Store) -> dict[str, str]:

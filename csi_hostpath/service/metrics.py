@@ -12,12 +12,12 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from csi_hostpath.config import Config
 from csi_hostpath.core.naming import loop_tag_prefix
+from csi_hostpath.daemon.config import Config
 from csi_hostpath.service.lost_volumes import lost_volumes
-from csi_hostpath.store.backing.adopt import quarantined_files
+from csi_hostpath.store.backing.adopt_pool import quarantined_files
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.base import System
 
 PREFIX = "csi_hostpath"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from csi_hostpath.config import Config
+from csi_hostpath.daemon.config import Config
 from csi_hostpath.store import probe
 from csi_hostpath.system.base import System
 

@@ -19,11 +19,11 @@ from __future__ import annotations
 import argparse
 import threading
 
+from csi_hostpath.daemon.stop_signals import stop_on_signals
 from csi_hostpath.sidecars import csi_conn
 from csi_hostpath.sidecars._log import log
 from csi_hostpath.sidecars.flags import DEFAULT_LIVENESS_PORT, http_endpoint
 from csi_hostpath.sidecars.healthz import HealthServer
-from csi_hostpath.stop_signals import stop_on_signals
 
 
 def check(address: str, timeout: float) -> tuple[int, str]:

@@ -19,7 +19,7 @@ v2.17.0 does (cmd/csi-node-driver-registrar), behaviour for behaviour:
   restarts the container, which makes the socket again.
 
 Where it differs: a live socket at the registration path is refused (another registrar serves
-this driver on this node) instead of being removed; only a stale one is (csi_hostpath/endpoint).
+this driver on this node) instead of being removed; only a stale one is (daemon/endpoint.py).
 """
 
 from __future__ import annotations
@@ -35,12 +35,12 @@ import grpc
 
 from csi_hostpath._pb import pluginregistration_pb2 as reg_pb
 from csi_hostpath._pb import pluginregistration_pb2_grpc as reg_grpc
-from csi_hostpath.endpoint import EndpointRefused, claim_endpoint
+from csi_hostpath.daemon.endpoint import EndpointRefused, claim_endpoint
+from csi_hostpath.daemon.stop_signals import stop_on_signals
 from csi_hostpath.sidecars import csi_conn
 from csi_hostpath.sidecars._log import log
 from csi_hostpath.sidecars.flags import http_endpoint
 from csi_hostpath.sidecars.healthz import HealthServer
-from csi_hostpath.stop_signals import stop_on_signals
 
 CSI_PLUGIN = "CSIPlugin"  # k8s.io/kubelet pluginregistration/v1 constants.go
 SUPPORTED_VERSIONS = ("1.0.0",)

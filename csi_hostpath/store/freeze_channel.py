@@ -1,5 +1,6 @@
-"""Freeze requests between a controller and a node plugin, as small files in the pool, beside
-the leases and heartbeats they already share (store/pool.py): POOL/freeze-requests/<node-key>/.
+"""Freeze requests between a controller and a node plugin, as small files in the pool, beside the
+leases and heartbeats they already share (store/pool_layout.py):
+POOL/freeze-requests/<node-key>/.
 
 - `<volume>.ask.json`, written by the controller: "freeze this volume for my copy". It carries a
   request id, the longest the node may hold the freeze, and a renewal counter the controller
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from csi_hostpath.core.naming import is_volume_id, node_key
-from csi_hostpath.store.pool import write_atomically
+from csi_hostpath.store.pool_layout import write_atomically
 
 ASK = ".ask.json"
 ANSWER = ".answer.json"

@@ -12,7 +12,7 @@ import secrets
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from csi_hostpath.store.pool import write_atomically
+from csi_hostpath.store.pool_layout import write_atomically
 
 GROUP_ID_PATTERN = re.compile(r"group-[0-9a-f]{32}")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from csi_hostpath.core.mutable import Tuning
 from csi_hostpath.core.naming import is_volume_id
-from csi_hostpath.store.pool import write_atomically
+from csi_hostpath.store.pool_layout import write_atomically
 
 
 class MutableRecords:

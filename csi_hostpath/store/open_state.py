@@ -1,8 +1,8 @@
 """Open the state database, or say which file is broken and how to rebuild it.
 
-A corrupt state.db used to end the daemon with a raw sqlite traceback that named no file. The
-pool is the truth (each backing file carries its identity), so the next step is always the same:
-move the broken file aside and rebuild the index from the pool."""
+A state.db sqlite can't read ends the daemon with a StateUnreadable that names the file, not a
+raw sqlite traceback. The pool is the truth (each backing file carries its identity), so the next
+step is always the same: move the broken file aside and rebuild the index from the pool."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """Readiness checks on the state directory that never wait behind the store's writer.
 
-Probe used to call Store.ping(), which takes the store's lock: while an RPC thread waited up to
-30 s for sqlite's write lock (held by another process, e.g. a `ledger` command), Probe waited too
-and the liveness probe restarted a healthy driver. Here a fresh read-only connection reads the
-database (WAL readers never wait for a writer) with a short timeout, and a real small write
-proves the state filesystem still takes data (a full disk answers not-ready).
+The store's own connection is never used here: an RPC thread may hold its lock for up to 30 s
+waiting on sqlite's write lock (held by another process, e.g. a `ledger` command), and a probe
+that waited behind it would have the liveness probe restart a healthy driver. A fresh read-only
+connection reads the database (WAL readers never wait for a writer) with a short timeout, and a
+real small write proves the state filesystem still takes data (a full disk answers not-ready).
 """
 
 from __future__ import annotations

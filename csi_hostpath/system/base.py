@@ -1,8 +1,8 @@
 """The system layer's contract: what the services may ask of the kernel and the tools.
 
-Two implementations follow it: ``linux.py`` (the real kernel, built from the linux_*.py modules) and
-``fake.py`` (an in-memory twin for fast unit tests). Services receive a :class:`System` in their
-constructor and never import either.
+Two implementations follow it: ``linux/`` (the real kernel, built by ``linux_system()``) and
+``fake/`` (an in-memory twin for fast unit tests, built by ``fake_system()``). Services receive a
+:class:`System` in their constructor and never import either.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from csi_hostpath.system.errors import (
+from csi_hostpath.system.iolimits import IoTuner
+from csi_hostpath.system.system_errors import (
     CommandError,
     DeviceNodeError,
     NoSpace,
@@ -26,9 +27,8 @@ from csi_hostpath.system.errors import (
     SystemError_,
     TimedOut,
 )
-from csi_hostpath.system.iolimits import IoTuner
 
-# The failures live in errors.py; the contract's users import them from here too.
+# The failures live in system_errors.py; the contract's users import them from here too.
 __all__ = [
     "CommandError",
     "DeviceNodeError",

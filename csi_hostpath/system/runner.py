@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import Iterable, Sequence
 
 from csi_hostpath.system._log import log
-from csi_hostpath.system.errors import TimedOut, command_error
+from csi_hostpath.system.system_errors import TimedOut, command_error
 
 # The return code a shell reports for a command it cannot find; reused so callers see one kind of
 # failure whether the tool is missing or fails.

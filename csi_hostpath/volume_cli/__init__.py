@@ -2,7 +2,7 @@
 in the order Kubernetes makes them, so the ledger, fencing and audit apply unchanged.
 
 args.py (arguments, default places), client.py (the CSI connection), records.py (names → IDs,
-mounts), output.py (human and --json output, the schema), errors.py (exit codes),
+mounts), output.py (human and --json output, the schema), cli_errors.py (exit codes),
 commands_*.py (the subcommands; who keeps a path busy comes from system/holders.py), main.py
 (runs one). This file imports nothing, so `csi-hostpath --help` and the ledger commands don't
 pay for grpc."""

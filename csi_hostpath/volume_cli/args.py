@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from csi_hostpath.volume_cli.quantity import QuantityError, parse_size
+from csi_hostpath.volume_cli.sizes import QuantityError, parse_size
 
 ENDPOINT_ENV = "CSI_HOSTPATH_ENDPOINT"
 RUN_DIR_ENV = "CSI_HOSTPATH_RUN_DIR"

@@ -8,9 +8,9 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from csi_hostpath.volume_cli.errors import CliError
-from csi_hostpath.volume_cli.quantity import format_bytes
+from csi_hostpath.volume_cli.cli_errors import CliError
 from csi_hostpath.volume_cli.records import SnapshotRecord, VolumeRecord
+from csi_hostpath.volume_cli.sizes import format_bytes
 
 SCHEMA_VERSION = "csi-hostpath.volume/v1"
 

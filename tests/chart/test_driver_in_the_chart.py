@@ -16,7 +16,7 @@ from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.api.copy_pool import CopyPool
 from csi_hostpath.api.identity import IdentityServicer
 from csi_hostpath.cli import build_parser, config_from_args
-from csi_hostpath.config import Config
+from csi_hostpath.daemon.config import Config
 from csi_hostpath.store.db import Store
 from tests.chart.chart_tool import Rendered
 from tests.chart.test_chart import container, controller_pod, flag, node_pod
@@ -73,7 +73,7 @@ def test_controller_and_nodes_share_the_pool_freeze_requests_travel_through(
     rendered: Rendered,
 ) -> None:
     """The controller runs apart from the nodes (--mode controller), so it asks a node to freeze
-    a volume through POOL/freeze-requests/ (service/controller/freeze_remote.py); that works
+    a volume through POOL/freeze-requests/ (service/controller/remote_freeze.py); that works
     only if both see one pool (tests/real/test_freeze_remote.py: two processes on real devices)."""
     if rendered.values["pool"]["scope"] != "shared":
         return  # the local shape: each node pod is its pool's controller and freezes in-process

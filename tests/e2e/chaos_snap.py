@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from csi_hostpath import csi_requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
+from csi_hostpath.client import csi_requests as rq
 from tests import helpers as h
 from tests.e2e.harness import PV, Attacher, Kubelet, Node, Plugin, Pod, Provisioner
 

@@ -31,8 +31,8 @@ from typing import Any
 
 import grpc
 
-from csi_hostpath import csi_requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
+from csi_hostpath.client import csi_requests as rq
 from tests.conftest import Client, DriverProcess
 from tests.processes import UNSHARE, ledger_cli, mount_points
 from tests.static_dev import static_dev

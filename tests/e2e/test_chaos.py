@@ -59,8 +59,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from csi_hostpath import csi_requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
+from csi_hostpath.client import csi_requests as rq
 from csi_hostpath.service.node.freeze import TEST_HOLD_ENV
 from tests import helpers as h
 from tests.e2e.chaos_snap import (

@@ -21,9 +21,9 @@ from typing import Any
 import grpc
 import pytest
 
-from csi_hostpath import csi_requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.client import csi_requests as rq
+from csi_hostpath.store.pool_layout import PoolLayout
 from tests import helpers as h
 from tests.e2e.harness import TOPOLOGY_KEY, Cluster, Node
 from tests.e2e.harness import Pod as PodPaths

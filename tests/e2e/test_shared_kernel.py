@@ -20,7 +20,7 @@ from pathlib import Path
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.core.naming import loop_tag_prefix
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.linux.loop import LinuxLoop
 from tests import helpers as h
 from tests.e2e.harness import Node

@@ -28,9 +28,9 @@ from typing import Any
 import grpc
 import pytest
 
-from csi_hostpath import csi_requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
+from csi_hostpath.client import csi_requests as rq
 from tests.kernel import loops_backed_under, mounts_under, released_after_teardown
 from tests.stall import calls_before_settings
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import grpc
 
-from csi_hostpath import csi_requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
+from csi_hostpath.client import csi_requests as rq
 from csi_hostpath.system.base import System
 from csi_hostpath.system.linux import linux_system
 from tests import helpers as h

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from csi_hostpath.doctor import diagnose, exit_code
-from csi_hostpath.doctor.pool import check_owner
+from csi_hostpath.doctor.pool_checks import check_owner
 from csi_hostpath.store.backing.owner import rebuild_command
 from tests.conftest import in_process
 from tests.needs import needs_fs

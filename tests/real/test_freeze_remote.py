@@ -1,7 +1,7 @@
 """Snapshot consistency in the chart's own shape, on real devices: a controller-only process and a
 node-only process (in its own mount namespace) share a pool; the controller asks the node, through
-the pool, to freeze the volume around its copy (service/controller/freeze_remote.py,
-service/node/freeze_remote.py).
+the pool, to freeze the volume around its copy (service/controller/remote_freeze.py,
+service/node/freeze_server.py).
 
 A writer appends fsync'd, numbered records into the node's mount while the controller cuts a
 snapshot. The cut must be a frozen filesystem: ext4 clears needs_recovery when it freezes, so the
@@ -31,7 +31,7 @@ import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.core.naming import node_key
-from csi_hostpath.service.controller.freeze_remote import TEST_HOLD_ENV
+from csi_hostpath.service.controller.remote_freeze import TEST_HOLD_ENV
 from tests import helpers as h
 
 UNSHARE = ["unshare", "--mount", "--propagation", "private"]

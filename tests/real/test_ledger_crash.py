@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.store.pool_layout import PoolLayout
 from tests import helpers as h
 
 NODES = [f"n{i}" for i in range(6)]

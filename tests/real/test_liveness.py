@@ -20,9 +20,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from csi_hostpath import csi_requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
+from csi_hostpath.client import csi_requests as rq
 from tests import helpers as h
 from tests.conftest import Client, in_process
 from tests.stall import StalledCalls
@@ -196,7 +196,7 @@ def test_probe_does_not_wait_on_a_writer_lock_held_by_another_process(
 
 def test_probe_is_ready_false_not_an_error_until_started(workdir: Path) -> None:
     from csi_hostpath.cli import build_parser, config_from_args
-    from csi_hostpath.server import build_driver
+    from csi_hostpath.daemon.server import build_driver
     from csi_hostpath.system.fake import fake_system
     from tests.conftest import driver_args
 

@@ -20,8 +20,8 @@ import grpc
 import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
-from csi_hostpath.doctor.pool import check_quarantine
-from csi_hostpath.store.backing import identity
+from csi_hostpath.doctor.pool_checks import check_quarantine
+from csi_hostpath.store.backing import file_identity
 from csi_hostpath.store.backing.owner import PoolClaimRefused
 from tests import helpers as h
 from tests.conftest import Client, in_process
@@ -189,17 +189,17 @@ def test_a_second_database_is_refused(workdir: Path) -> None:
 
 
 def test_sidecar_identity_mode(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(identity.STORE_ENV, "sidecar")
+    monkeypatch.setenv(file_identity.STORE_ENV, "sidecar")
     pool = workdir / "pool"
     with in_process(workdir, "s", "--pool-dir", str(pool)) as client:
         vol = h.create(client, "side", h.block_cap(), 8 * MiB)
         backing = pool / "volumes" / f"{vol.volume_id}.img"
-        sidecar = identity.sidecar_path(backing)
+        sidecar = file_identity.sidecar_path(backing)
         assert json.loads(sidecar.read_text())["name"] == "side"
-        assert identity.XATTR not in os.listxattr(backing)
+        assert file_identity.XATTR not in os.listxattr(backing)
         gone = h.create(client, "gone", h.block_cap(), 8 * MiB)
         h.delete(client, gone.volume_id)
-        assert not identity.sidecar_path(pool / "volumes" / f"{gone.volume_id}.img").exists()
+        assert not file_identity.sidecar_path(pool / "volumes" / f"{gone.volume_id}.img").exists()
     shutil.rmtree(workdir / "s-state")
     with in_process(workdir, "s", "--pool-dir", str(pool)) as client:
         assert _listed(client) == {vol.volume_id}
@@ -211,12 +211,12 @@ def test_identity_is_an_xattr_written_with_the_file(workdir: Path) -> None:
     with in_process(workdir, "x", "--pool-dir", str(pool)) as client:
         vol = h.create(client, "attr", h.mount_cap("xfs"), 300 * MiB)
         backing = pool / "volumes" / f"{vol.volume_id}.img"
-        body = json.loads(os.getxattr(backing, identity.XATTR))
+        body = json.loads(os.getxattr(backing, file_identity.XATTR))
         assert (body["kind"], body["id"], body["name"]) == ("volume", vol.volume_id, "attr")
         assert (body["size_bytes"], body["fs_type"], body["access_types"]) == (
             300 * MiB,
             "xfs",
             ["mount"],
         )
-        assert not identity.sidecar_path(backing).exists()
-        assert not identity.intent_path(backing).exists(), "the intent is cleared on commit"
+        assert not file_identity.sidecar_path(backing).exists()
+        assert not file_identity.intent_path(backing).exists(), "the intent is cleared on commit"

@@ -17,7 +17,7 @@ import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
-from csi_hostpath.core.extents import align
+from csi_hostpath.core.byte_ranges import align
 from tests import helpers as h
 from tests.needs import needs_tools
 

@@ -18,7 +18,7 @@ import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.core.capacity import POOL_RESERVE_BYTES
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.store.pool_layout import PoolLayout
 from tests import helpers as h
 from tests.conftest import Client, in_process
 from tests.kernel import is_root
@@ -154,7 +154,7 @@ def test_create_volume_measures_only_the_volumes_that_changed(
 ) -> None:
     """The thin rule needs every volume's allocation; a stat of each on every CreateVolume cost
     25 ms with 2,000 volumes. Unchanged volumes are counted from a cache."""
-    from csi_hostpath.system.linux.pool import LinuxPool
+    from csi_hostpath.system.linux.linux_pool import LinuxPool
 
     for n in range(30):
         h.create(driver, f"idle-{n}", h.block_cap(), MiB)

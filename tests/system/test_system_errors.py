@@ -151,7 +151,7 @@ def test_a_busy_unmount_left_to_umount8_is_typed_by_the_kernels_errno(env: Env) 
         pytest.skip("utab and umount(8) are the real layer's")
     target = env.dir("tracked")
     subprocess.run(["mount", "-t", "tmpfs", "-o", "x-csihp-test", "csihp", target], check=True)
-    from csi_hostpath.system.linux.mounts import _in_utab
+    from csi_hostpath.system.linux.linux_mounts import _in_utab
 
     if not _in_utab(target):
         subprocess.run(["umount", target], check=True)

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from csi_hostpath.cli import build_parser, config_from_args
-from csi_hostpath.server import Driver, build_driver, start
+from csi_hostpath.daemon.server import Driver, build_driver, start
 from csi_hostpath.system.fake import fake_system
 from tests.conftest import Client, driver_args
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from csi_hostpath.server import Driver
+from csi_hostpath.daemon.server import Driver
 from tests.conftest import Client
 from tests.unit.builders import quiet_fake_driver
 

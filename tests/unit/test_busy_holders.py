@@ -15,7 +15,7 @@ import pytest
 
 from csi_hostpath.service.inspect import inspect_volume
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.base import Holder, System
 from csi_hostpath.system.fake import FakeKernel, fake_system
 from tests import helpers as h
@@ -80,7 +80,7 @@ def test_a_path_released_another_way_is_no_longer_reported_busy(tmp_path: Path) 
     """A fence unmounts lazily, past NodeMounts.unmount: the busy note of that target or staging
     path must not outlive it (inspect would show a re-staged volume stuck on old holders)."""
     from csi_hostpath.core.model import AccessMode, AccessType, Capability
-    from csi_hostpath.service.node.mounts import NodeMounts
+    from csi_hostpath.service.node.node_mounts import NodeMounts
 
     store = Store(tmp_path / "state.db")
     try:

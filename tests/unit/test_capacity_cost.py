@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from csi_hostpath.config import Config
 from csi_hostpath.core.model import Volume
 from csi_hostpath.core.naming import new_volume_id
+from csi_hostpath.daemon.config import Config
 from csi_hostpath.service.controller.placement import Capacity
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.fake import fake_system
 
 MiB = 1 << 20

@@ -1,8 +1,8 @@
-"""Byte-range arithmetic for changed-block tracking (core/extents.py)."""
+"""Byte-range arithmetic for changed-block tracking (core/byte_ranges.py)."""
 
 from __future__ import annotations
 
-from csi_hostpath.core.extents import align, from_offset, merge, pages, subtract
+from csi_hostpath.core.byte_ranges import align, from_offset, merge, pages, subtract
 
 
 def test_align_rounds_out_to_blocks_and_merges() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from prometheus_client import generate_latest
 
-from csi_hostpath.server import Driver
+from csi_hostpath.daemon.server import Driver
 from tests import helpers as h
 from tests.conftest import Client
 

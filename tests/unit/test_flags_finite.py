@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from csi_hostpath import cli
-from csi_hostpath.core import errors, ledger
+from csi_hostpath.core import errors, ledger_rules
 from csi_hostpath.core.model import AccessMode, AccessType, Publication
 
 BAD_FLOATS = ["nan", "NaN", "inf", "-inf", "infinity", "0", "-1"]
@@ -63,9 +63,9 @@ def test_force_detach_decision_refuses_a_grace_that_is_not_a_finite_positive_num
 ) -> None:
     # The heartbeat is 1 s old: the node is alive. A nan grace used to let this through.
     with pytest.raises(errors.NodeAlive):
-        ledger.decide_force_detach(_publication(), 1.0, grace, accept_data_loss=False)
+        ledger_rules.decide_force_detach(_publication(), 1.0, grace, accept_data_loss=False)
 
 
 def test_force_detach_decision_still_allows_a_silent_node() -> None:
-    ledger.decide_force_detach(_publication(), 120.0, 60.0, accept_data_loss=False)
-    ledger.decide_force_detach(_publication(), 1.0, math.nan, accept_data_loss=True)
+    ledger_rules.decide_force_detach(_publication(), 120.0, 60.0, accept_data_loss=False)
+    ledger_rules.decide_force_detach(_publication(), 1.0, math.nan, accept_data_loss=True)

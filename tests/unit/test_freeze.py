@@ -1,7 +1,7 @@
 """Freezes on the fake kernel (no root). The node's bookkeeping (service/node/freeze.py): a
 recorded freeze is thawed on start, EBUSY is "already frozen", the watchdog thaws and aborts.
-The controller/node freeze protocol through the pool (service/controller/freeze_remote.py and
-service/node/freeze_remote.py): frozen for the copy and thawed after; a node restart mid-copy and
+The controller/node freeze protocol through the pool (service/controller/remote_freeze.py and
+service/node/freeze_server.py): frozen for the copy and thawed after; a node restart mid-copy and
 a controller that stops renewing both thaw, and the copy is refused; a silent holder refuses the
 snapshot instead of passing off a crash-consistent copy. On real devices: tests/real/test_freeze.py
 and tests/real/test_freeze_remote.py."""
@@ -16,18 +16,18 @@ from pathlib import Path
 import pytest
 
 from csi_hostpath.core.errors import Busy, FreezeTimedOut
-from csi_hostpath.core.ledger import Lease
+from csi_hostpath.core.ledger_rules import Lease
 from csi_hostpath.core.model import AccessMode, AccessType, NodeStaging
-from csi_hostpath.service.controller.freeze_remote import RemoteFreeze, Timing
+from csi_hostpath.service.controller.remote_freeze import RemoteFreeze, Timing
 from csi_hostpath.service.guard import InFlight
 from csi_hostpath.service.node.freeze import Freezes
-from csi_hostpath.service.node.freeze_remote import FreezeServer
+from csi_hostpath.service.node.freeze_server import FreezeServer
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.freeze_channel import FreezeChannel
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.base import System
 from csi_hostpath.system.fake import fake_system
-from csi_hostpath.system.fake.kernel import FakeKernel
+from csi_hostpath.system.fake.fake_kernel import FakeKernel
 
 VOL = "vol-" + "a" * 32
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from csi_hostpath.core.naming import node_key
-from csi_hostpath.server import Driver
-from csi_hostpath.store import pool
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.daemon.server import Driver
+from csi_hostpath.store import pool_layout
+from csi_hostpath.store.pool_layout import PoolLayout
 from tests import helpers as h
 from tests.conftest import Client
 
@@ -41,7 +41,7 @@ def test_node_calls_write_only_their_own_volume(
 
     writes: list[tuple[Path, bytes]] = []
     reads: list[Path] = []
-    write, read = pool.write_atomically, pool._read_json
+    write, read = pool_layout.write_atomically, pool_layout._read_json
 
     def spy_write(path: Path, data: bytes, *, durable: bool = True) -> None:
         writes.append((path, data))
@@ -51,8 +51,8 @@ def test_node_calls_write_only_their_own_volume(
         reads.append(path)
         return read(path)
 
-    monkeypatch.setattr(pool, "write_atomically", spy_write)
-    monkeypatch.setattr(pool, "_read_json", spy_read)
+    monkeypatch.setattr(pool_layout, "write_atomically", spy_write)
+    monkeypatch.setattr(pool_layout, "_read_json", spy_read)
     node_dir = driver.config.pool_dir / "nodes" / node_key("node-a")
 
     context = h.publish(client, vol.volume_id, "node-a", cap)
@@ -99,13 +99,13 @@ def test_a_whole_beat_rewrites_only_what_changed(
     volumes = {f"vol-{i:032x}": {"staging": f"/s/{i}"} for i in range(20)}
     layout.beat("node-a", volumes)
     writes: list[Path] = []
-    write = pool.write_atomically
+    write = pool_layout.write_atomically
 
     def spy_write(path: Path, data: bytes, *, durable: bool = True) -> None:
         writes.append(path)
         write(path, data, durable=durable)
 
-    monkeypatch.setattr(pool, "write_atomically", spy_write)
+    monkeypatch.setattr(pool_layout, "write_atomically", spy_write)
     changed = next(iter(volumes))
     layout.beat("node-a", volumes | {changed: {"staging": "/elsewhere"}})
     assert [p.name for p in writes] == [f"{changed}.json", f"{node_key('node-a')}.json"]

@@ -12,7 +12,7 @@ from csi_hostpath.core.model import NodeStaging
 from csi_hostpath.store.db import Store
 from csi_hostpath.system.base import System
 from csi_hostpath.system.fake import fake_system
-from csi_hostpath.system.fake.kernel import FakeKernel
+from csi_hostpath.system.fake.fake_kernel import FakeKernel
 from tests import helpers as h
 from tests.conftest import in_process
 

@@ -1,4 +1,5 @@
-"""The package's layers, read from its source with ast: api -> service -> (core, store, system).
+"""The package's layers, read from its source with ast: cli -> daemon -> api -> service ->
+(core, store, system), and client/ beside them.
 
 - core/ imports only core/ and the standard library's pure modules: no I/O (files, processes,
   sockets, sqlite, threads, logging) and nothing of another layer.
@@ -6,6 +7,11 @@
 - A service package imports no other: service/node/ and service/controller/ never import each
   other, and the modules they share at service/'s root import neither.
 - Nothing below api/ imports api/.
+- cli/ is the top: no module imports it but __main__.
+- daemon/ imports only daemon/, api/, service/, store/, system/, core/ and the stubs. api/,
+  service/, store/ and system/ import nothing of daemon/ but daemon/config.py, the frozen record
+  the daemon builds and hands down.
+- client/ (what a caller of the driver sends) imports only client/, core/ and the stubs.
 - Only store/ runs SQL: outside it, no module imports sqlite3 (core/ classifies sqlite's errors
   by their module name), calls .execute() or ._tx(), or holds a string of SQL.
 
@@ -86,6 +92,29 @@ def _service_package(root: Path, module: str) -> str:
     return "service"
 
 
+DAEMON_MAY_IMPORT = ("daemon", "api", "service", "store", "system", "core", "_pb")
+CLIENT_MAY_IMPORT = ("client", "core", "_pb")
+BELOW_DAEMON = ("api", "service", "store", "system")
+
+
+def _role_violations(module: str, imported: str) -> Iterator[str]:
+    """The edges of cli/, daemon/ and client/, for an import of the package's own."""
+    if _within(imported, "cli"):
+        if not _within(module, "cli") and module != "__main__":
+            yield f"{module} imports {imported}: cli/ is the top, only __main__ calls it"
+        return
+    if _within(module, "daemon") and not any(_within(imported, x) for x in DAEMON_MAY_IMPORT):
+        yield f"{module} (daemon) imports {imported}, outside the daemon's layers"
+    if _within(module, "client") and not any(_within(imported, x) for x in CLIENT_MAY_IMPORT):
+        yield f"{module} (client) imports {imported}: a client needs only core/ and the stubs"
+    if (
+        any(_within(module, layer) for layer in BELOW_DAEMON)
+        and _within(imported, "daemon")
+        and imported != "daemon.config"
+    ):
+        yield f"{module} imports {imported}: daemon/ is above it"
+
+
 def layer_violations(root: Path, package: str = "csi_hostpath") -> list[str]:
     found = []
     for module, path in _modules(root):
@@ -99,6 +128,7 @@ def layer_violations(root: Path, package: str = "csi_hostpath") -> list[str]:
                     found.append(f"{module} (core) imports {imported}, above it")
             if not ours:
                 continue
+            found.extend(_role_violations(module, imported))
             below_api = any(_within(module, layer) for layer in ("core", "store", "system"))
             if (below_api or _within(module, "service")) and _within(imported, "api"):
                 found.append(f"{module} imports {imported}: api/ is the top layer")
@@ -154,7 +184,10 @@ def test_only_the_store_runs_sql() -> None:
 
 def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
     root = tmp_path / "pkg"
-    for name in ("core", "store", "system", "service/node", "service/controller", "api"):
+    for name in (
+        *("core", "store", "system", "service/node", "service/controller", "api"),
+        *("cli", "daemon", "client", "volume_cli"),
+    ):
         (root / name).mkdir(parents=True, exist_ok=True)
         (root / name / "__init__.py").write_text("")
     for name, body in files.items():
@@ -192,6 +225,13 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
             "another service package",
         ),
         ("service/node/stage.py", "import pkg.service.controller\n", "another service package"),
+        ("daemon/server.py", "from pkg.cli.parser import build_parser\n", "cli/ is the top"),
+        ("api/node.py", "from pkg import cli\n", "cli/ is the top"),
+        ("daemon/server.py", "from pkg.volume_cli import run\n", "(daemon) imports volume_cli"),
+        ("client/requests.py", "from pkg.api.status import rpc\n", "(client) imports api"),
+        ("client/requests.py", "import pkg.store.db\n", "(client) imports store"),
+        ("service/node/stage.py", "from pkg.daemon.server import Driver\n", "daemon/ is above"),
+        ("api/node.py", "from pkg.daemon import endpoint\n", "daemon/ is above it"),
     ],
 )
 def test_each_layer_rule_finds_a_deliberate_violation(
@@ -200,6 +240,13 @@ def test_each_layer_rule_finds_a_deliberate_violation(
     root = _tree(tmp_path, {name: body})
     found = layer_violations(root, "pkg")
     assert len(found) == 1 and expected in found[0], found
+
+
+def test_the_daemons_config_record_may_be_handed_down(tmp_path: Path) -> None:
+    (tmp_path / "pkg" / "daemon").mkdir(parents=True)
+    (tmp_path / "pkg" / "daemon" / "config.py").write_text("")
+    root = _tree(tmp_path, {"service/node/stage.py": "from pkg.daemon.config import Config\n"})
+    assert layer_violations(root, "pkg") == []
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from csi_hostpath.core import errors, ledger
+from csi_hostpath.core import errors, ledger_rules
 from csi_hostpath.core.model import AccessMode, AccessType, Capability, Publication, Volume
 
 M = AccessMode
@@ -73,7 +73,7 @@ def _outcome(mode: AccessMode, kind: AccessType, node: str, readonly: bool) -> s
     )
     node_id = "node-a" if node == "same" else "node-b"
     try:
-        decision = ledger.decide_publish(
+        decision = ledger_rules.decide_publish(
             volume, node_id, Capability(kind, mode), readonly, [holder], 0, 0, 1, 200.0
         )
     except errors.PublishedElsewhere as e:
@@ -84,7 +84,7 @@ def _outcome(mode: AccessMode, kind: AccessType, node: str, readonly: bool) -> s
         return CONFLICT
     except errors.Unsupported:
         return UNSUPPORTED
-    if isinstance(decision, ledger.AlreadyPublished):
+    if isinstance(decision, ledger_rules.AlreadyPublished):
         assert decision.publication == holder
         return SAME_CONTEXT
     assert decision.publication.generation == 2, "each publish bumps the fencing token"
@@ -113,16 +113,16 @@ def test_table_covers_every_mode_node_and_readonly() -> None:
 
 
 def test_first_publish_gets_next_generation() -> None:
-    decision = ledger.decide_publish(
+    decision = ledger_rules.decide_publish(
         _volume(MOUNT), "node-a", Capability(MOUNT, M.SINGLE_NODE_WRITER), False, [], 0, 0, 41, 1.0
     )
-    assert isinstance(decision, ledger.Publish)
+    assert isinstance(decision, ledger_rules.Publish)
     assert decision.publication.generation == 42
 
 
 def test_node_volume_limit_is_resource_exhausted_kind() -> None:
     with pytest.raises(errors.NodeVolumeLimit):
-        ledger.decide_publish(
+        ledger_rules.decide_publish(
             _volume(MOUNT),
             "node-a",
             Capability(MOUNT, M.SINGLE_NODE_WRITER),
@@ -137,7 +137,7 @@ def test_node_volume_limit_is_resource_exhausted_kind() -> None:
 
 def test_block_volume_published_as_mount_is_refused() -> None:
     with pytest.raises(errors.Unsupported):
-        ledger.decide_publish(
+        ledger_rules.decide_publish(
             _volume(BLOCK),
             "node-a",
             Capability(MOUNT, M.SINGLE_NODE_WRITER),
@@ -153,7 +153,7 @@ def test_block_volume_published_as_mount_is_refused() -> None:
 def test_reader_only_share_refuses_a_writer_in_another_mode() -> None:
     reader = Publication(VOLUME_ID, "node-a", M.MULTI_NODE_READER_ONLY, BLOCK, True, 1, 1.0)
     with pytest.raises(errors.PublishedElsewhere):
-        ledger.decide_publish(
+        ledger_rules.decide_publish(
             _volume(BLOCK),
             "node-b",
             Capability(BLOCK, M.MULTI_NODE_MULTI_WRITER),
@@ -176,23 +176,25 @@ def test_force_detach_waits_for_the_grace_period(
 ) -> None:
     holder = Publication(VOLUME_ID, "node-a", M.SINGLE_NODE_WRITER, MOUNT, False, 3, 1.0)
     if allowed:
-        ledger.decide_force_detach(holder, age, 60.0, accept)
+        ledger_rules.decide_force_detach(holder, age, 60.0, accept)
     else:
         with pytest.raises(errors.NodeAlive, match="node-a"):
-            ledger.decide_force_detach(holder, age, 60.0, accept)
+            ledger_rules.decide_force_detach(holder, age, 60.0, accept)
 
 
 def test_revocation() -> None:
-    lease = ledger.Lease(VOLUME_ID, 5, {"node-b": 5})
-    assert ledger.is_revoked(lease, "node-a", 4)
-    assert not ledger.is_revoked(lease, "node-b", 5)
-    assert ledger.is_revoked(lease, "node-b", 4), "an older token of the same node is void"
-    assert not ledger.is_revoked(None, "node-b", 5), "a missing lease is unknown, not revoked"
-    stale = ledger.Lease(VOLUME_ID, 4, {})  # written by a slow writer before the grant of 5
-    assert not ledger.is_revoked(stale, "node-b", 5), "a lease older than the token says nothing"
-    assert ledger.grants(lease, "node-b", 5)
-    assert not ledger.grants(lease, "node-b", 4)
-    assert not ledger.grants(None, "node-b", 5), "staging needs a lease that says so"
+    lease = ledger_rules.Lease(VOLUME_ID, 5, {"node-b": 5})
+    assert ledger_rules.is_revoked(lease, "node-a", 4)
+    assert not ledger_rules.is_revoked(lease, "node-b", 5)
+    assert ledger_rules.is_revoked(lease, "node-b", 4), "an older token of the same node is void"
+    assert not ledger_rules.is_revoked(None, "node-b", 5), "a missing lease is unknown, not revoked"
+    stale = ledger_rules.Lease(VOLUME_ID, 4, {})  # written by a slow writer before the grant of 5
+    assert not ledger_rules.is_revoked(stale, "node-b", 5), (
+        "a lease older than the token says nothing"
+    )
+    assert ledger_rules.grants(lease, "node-b", 5)
+    assert not ledger_rules.grants(lease, "node-b", 4)
+    assert not ledger_rules.grants(None, "node-b", 5), "staging needs a lease that says so"
 
 
 # A node's silence against the grace period (60 s here). Kubernetes' external-attacher re-requests
@@ -220,7 +222,7 @@ def test_a_silent_node_gets_no_new_hold(age: float, holds: bool, expected: str) 
     cap = Capability(MOUNT, M.SINGLE_NODE_WRITER)
     held = Publication(VOLUME_ID, "node-a", M.SINGLE_NODE_WRITER, MOUNT, False, 1, 100.0)
     try:
-        decision = ledger.decide_publish(
+        decision = ledger_rules.decide_publish(
             _volume(MOUNT),
             "node-a",
             cap,
@@ -237,7 +239,7 @@ def test_a_silent_node_gets_no_new_hold(age: float, holds: bool, expected: str) 
         assert "node-a" in str(e) and f"{age:.0f}s" in str(e) and "grace" in str(e), e
         outcome = SILENT
     else:
-        outcome = SAME_CONTEXT if isinstance(decision, ledger.AlreadyPublished) else OK
+        outcome = SAME_CONTEXT if isinstance(decision, ledger_rules.AlreadyPublished) else OK
     assert outcome == expected
 
 
@@ -245,7 +247,7 @@ def test_a_silent_node_is_refused_before_a_holder_elsewhere_is_named() -> None:
     """The silence is the first thing to say: a retry can't succeed until the node beats."""
     other = Publication(VOLUME_ID, "node-b", M.SINGLE_NODE_WRITER, MOUNT, False, 2, 100.0)
     with pytest.raises(errors.NodeSilent, match="node-a"):
-        ledger.decide_publish(
+        ledger_rules.decide_publish(
             _volume(MOUNT),
             "node-a",
             Capability(MOUNT, M.SINGLE_NODE_WRITER),
@@ -283,7 +285,7 @@ def test_unpublish_without_unstage_is_a_revocation(
     age: float | None, staged: bool, action: str
 ) -> None:
     held = Publication(VOLUME_ID, "node-a", M.SINGLE_NODE_WRITER, MOUNT, False, 7, 100.0)
-    got, reason = ledger.classify_unpublish(held, age, staged, 60.0)
+    got, reason = ledger_rules.classify_unpublish(held, age, staged, 60.0)
     assert got == action
     if action == "revoke":
         assert "node-a" in reason and "generation 7" in reason and "NodeUnstage" in reason
@@ -293,8 +295,14 @@ def test_unpublish_without_unstage_is_a_revocation(
 
 
 def test_fenced_stagers_are_those_staged_under_a_revoked_token() -> None:
-    lease = ledger.Lease("v", 5, {"node-b": 5})
+    lease = ledger_rules.Lease("v", 5, {"node-b": 5})
     staged = {"node-a": 4, "node-b": 5, "node-c": 0}
-    assert ledger.fenced_stagers(lease, staged) == [("node-a", 4)], "0: staged without a ledger"
-    assert ledger.fenced_stagers(None, staged) == [], "a missing lease is unknown, not revoked"
-    assert ledger.fenced_stagers(ledger.Lease("v", 5, {}), {"node-b": 5}) == [("node-b", 5)]
+    assert ledger_rules.fenced_stagers(lease, staged) == [("node-a", 4)], (
+        "0: staged without a ledger"
+    )
+    assert ledger_rules.fenced_stagers(None, staged) == [], (
+        "a missing lease is unknown, not revoked"
+    )
+    assert ledger_rules.fenced_stagers(ledger_rules.Lease("v", 5, {}), {"node-b": 5}) == [
+        ("node-b", 5)
+    ]

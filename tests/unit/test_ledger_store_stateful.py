@@ -20,7 +20,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from csi_hostpath.core import errors, ledger
+from csi_hostpath.core import errors, ledger_rules
 from csi_hostpath.core.access import SINGLE_NODE_MODES
 from csi_hostpath.core.model import AccessMode, AccessType, Capability, Publication, Volume
 from csi_hostpath.store.db import Store
@@ -38,8 +38,8 @@ def _publish(store: Store, volume_id: str, node: str) -> Publication | None:
 
     def decide(
         volume: Volume, holders: list[Publication], count: int, generation: int
-    ) -> ledger.PublishDecision:
-        return ledger.decide_publish(
+    ) -> ledger_rules.PublishDecision:
+        return ledger_rules.decide_publish(
             volume, node, cap, False, holders, count, 0, generation, time.time()
         )
 
@@ -104,7 +104,7 @@ class LedgerMachine(RuleBasedStateMachine):
     @rule(volume_id=st.sampled_from(list(VOLUMES)), node=st.sampled_from(NODES))
     def force_detach(self, volume_id: str, node: str) -> None:
         def check(p: Publication) -> None:
-            ledger.decide_force_detach(p, None, 60.0, False)
+            ledger_rules.decide_force_detach(p, None, 60.0, False)
 
         revoked = self.tool.force_detach(volume_id, node, check, "test", "hypothesis")
         if revoked is not None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
-from csi_hostpath.server import Driver
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.daemon.server import Driver
+from csi_hostpath.store.pool_layout import PoolLayout
 from tests import helpers as h
 from tests.conftest import Client
 

@@ -10,9 +10,9 @@ import grpc
 import pytest
 
 from csi_hostpath.api.status import status_of
-from csi_hostpath.system import errors as e
-from csi_hostpath.system.errors import CommandError, command_error, syscall_error
+from csi_hostpath.system import system_errors as e
 from csi_hostpath.system.runner import run
+from csi_hostpath.system.system_errors import CommandError, command_error, syscall_error
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from csi_hostpath.core.naming import node_key
-from csi_hostpath.server import Driver
+from csi_hostpath.daemon.server import Driver
 from tests import helpers as h
 from tests.conftest import Client
 

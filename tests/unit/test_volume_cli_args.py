@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from csi_hostpath.cli import DEFAULT_STATE_DIR, build_parser, main
-from csi_hostpath.lookup import state_dir
+from csi_hostpath.cli.lookup import state_dir
 from csi_hostpath.volume_cli.args import EndpointError, places
-from csi_hostpath.volume_cli.quantity import QuantityError, parse_size
+from csi_hostpath.volume_cli.sizes import QuantityError, parse_size
 
 
 @pytest.fixture(autouse=True)

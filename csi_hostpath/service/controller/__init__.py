@@ -1,10 +1,10 @@
 """The controller: ControllerService (service.py) and its parts, the publish ledger and
-force-detach (ledger.py), snapshots (snapshots.py), placement and capacity (placement.py,
+force-detach (publish_ledger.py), snapshots (snapshots.py), placement and capacity (placement.py,
 allocations.py), the pool as the truth (pool_truth.py), revocations (revocation.py), volume
-conditions (volume_condition.py), freezes asked of a node (freeze_remote.py, consistency.py),
+conditions (volume_condition.py), freezes asked of a node (remote_freeze.py, consistency.py),
 ModifyVolume (modify.py), group snapshots and snapshot metadata."""
 
-from csi_hostpath.service.controller.ledger import (
+from csi_hostpath.service.controller.publish_ledger import (
     PublishLedger,
     import_node_events,
     sync_lease,

@@ -20,7 +20,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from csi_hostpath.config import Config, PoolScope
 from csi_hostpath.core.capacity import promisable_sums, refuse_unpromisable
 from csi_hostpath.core.errors import (
     DriverError,
@@ -31,9 +30,10 @@ from csi_hostpath.core.errors import (
     VolumeNotFound,
 )
 from csi_hostpath.core.naming import snapshot_home
+from csi_hostpath.daemon.config import Config, PoolScope
 from csi_hostpath.service.controller.allocations import Allocations
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.base import System
 
 

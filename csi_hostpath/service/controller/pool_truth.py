@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from csi_hostpath.service.controller._log import log
-from csi_hostpath.store.backing import identity
-from csi_hostpath.store.backing.adopt import AdoptReport, adopt_pool
+from csi_hostpath.store.backing import file_identity
+from csi_hostpath.store.backing.adopt_pool import AdoptReport, adopt_pool
 from csi_hostpath.store.backing.owner import PoolClaim, claim_pool
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.base import NoSpace, Pool
 
 
@@ -24,22 +24,22 @@ def making(pool: Pool, path: Path, body: dict[str, Any]) -> Iterator[Callable[[]
     """Make a backing file under an intent. The caller creates the file, calls the yielded
     function to attach its identity, and commits the record; all inside the block. If anything
     fails the half-made file goes (it was never handed out); if all succeeds the intent is
-    cleared. A crash leaves an intent that start-up reads (store/backing/adopt.py)."""
+    cleared. A crash leaves an intent that start-up reads (store/backing/adopt_pool.py)."""
     try:
-        identity.begin(path, body)
-        yield lambda: identity.write_identity(path, body)
+        file_identity.begin(path, body)
+        yield lambda: file_identity.write_identity(path, body)
     except BaseException as exc:
         discard(pool, path)
         if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
             raise NoSpace(f"no room in the pool for {path.name}'s identity: {exc}") from exc
         raise
-    identity.finish(path)
+    file_identity.finish(path)
 
 
 def discard(pool: Pool, path: Path) -> None:
     """Remove a backing file and what describes it (sidecar, intent)."""
     pool.remove(path)
-    identity.remove_identity(path)
+    file_identity.remove_identity(path)
 
 
 def open_pool(

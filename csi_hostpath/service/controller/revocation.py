@@ -3,15 +3,15 @@
 Kubernetes' own force-detach (the attach-detach controller after maxWaitForUnmountDuration on an
 unhealthy node, or at once under the node.kubernetes.io/out-of-service taint) is a plain
 ControllerUnpublishVolume with no NodeUnstage before it. The node's heartbeat tells the two apart:
-core.ledger.classify_unpublish decides, this gathers what it decides on."""
+core.ledger_rules.classify_unpublish decides, this gathers what it decides on."""
 
 from __future__ import annotations
 
 import time
 
-from csi_hostpath.core import ledger
+from csi_hostpath.core import ledger_rules
 from csi_hostpath.core.model import Publication
-from csi_hostpath.store.pool import Heartbeat
+from csi_hostpath.store.pool_layout import Heartbeat
 
 
 class Revocations:
@@ -26,12 +26,12 @@ class Revocations:
 
     def __call__(self, p: Publication) -> tuple[str, str]:
         beat = self.beats.get(p.node_id)
-        action, reason = ledger.classify_unpublish(
+        action, reason = ledger_rules.classify_unpublish(
             p,
             beat.age(self.now) if beat else None,
             beat is not None and self.volume_id in beat.volumes,
             self.node_grace,
         )
-        if action == ledger.FORCED_UNPUBLISH:
+        if action == ledger_rules.FORCED_UNPUBLISH:
             self.revoked[p.node_id] = reason
         return action, reason

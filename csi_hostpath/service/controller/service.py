@@ -3,8 +3,8 @@
 Order of operations (so that a crash at any line heals on a retry or on restart):
 create: decide → create the sparse file (idempotent) → commit the row.
 delete: refuse while published → remove the file → delete the row.
-publish and unpublish: ledger.py (PublishLedger), which the servicer calls directly; it is built
-here because it shares the in-flight guard with delete.
+publish and unpublish: publish_ledger.py (PublishLedger), which the servicer calls directly; it is
+built here because it shares the in-flight guard with delete.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from csi_hostpath.config import Config, PoolScope
 from csi_hostpath.core import access
 from csi_hostpath.core.capacity import refuse_below_reserve
 from csi_hostpath.core.conditions import Problem
@@ -34,8 +33,8 @@ from csi_hostpath.core.errors import (
 from csi_hostpath.core.model import Capability, ContentSource, Snapshot, Volume
 from csi_hostpath.core.naming import is_snapshot_id, is_volume_id, new_volume_id
 from csi_hostpath.core.quantity import describe_bytes
+from csi_hostpath.daemon.config import Config, PoolScope
 from csi_hostpath.service.controller._log import log
-from csi_hostpath.service.controller.ledger import PublishLedger
 from csi_hostpath.service.controller.placement import (
     Capacity,
     TopologyRequirement,
@@ -45,13 +44,14 @@ from csi_hostpath.service.controller.placement import (
     snapshot_topology,
 )
 from csi_hostpath.service.controller.pool_truth import discard, making
+from csi_hostpath.service.controller.publish_ledger import PublishLedger
 from csi_hostpath.service.controller.snapshots import Snapshots
 from csi_hostpath.service.controller.volume_condition import volume_problems
 from csi_hostpath.service.guard import InFlight
 from csi_hostpath.service.lost_volumes import loss_of, release_lost
-from csi_hostpath.store.backing import identity
+from csi_hostpath.store.backing import file_identity
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.base import NoSpace, System
 
 
@@ -179,7 +179,7 @@ class ControllerService:
                 # The file carries its identity before the record commits (the pool is the truth).
                 with (
                     self.capacity.promise(name, size),
-                    making(self.system.pool, path, identity.volume_identity(volume)) as stamp,
+                    making(self.system.pool, path, file_identity.volume_identity(volume)) as stamp,
                 ):
                     if source_file is None:
                         self.system.pool.create(path, size)
@@ -356,8 +356,8 @@ class ControllerService:
                 self.system.pool.grow(path, size)
                 # The identity follows the size first: the file never says less than the record.
                 requested = max(volume.requested_bytes, required_bytes)
-                grown = identity.volume_identity(volume)
-                identity.write_identity(
+                grown = file_identity.volume_identity(volume)
+                file_identity.write_identity(
                     path, {**grown, "size_bytes": size, "requested_bytes": requested}
                 )
                 self.store.set_capacity(volume_id, size, requested)

@@ -24,9 +24,9 @@ from csi_hostpath.service.controller._log import log
 from csi_hostpath.service.controller.placement import Capacity
 from csi_hostpath.service.controller.pool_truth import discard, making
 from csi_hostpath.service.guard import InFlight
-from csi_hostpath.store.backing import identity
+from csi_hostpath.store.backing import file_identity
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.base import NoSpace, System
 
 
@@ -74,7 +74,7 @@ class Snapshots:
             )
             dest = self.layout.snapshot_file(snapshot.snapshot_id)
             refuse_below_reserve(self.system.pool.free_bytes(), "CreateSnapshot")
-            body = identity.snapshot_identity(snapshot, volume.fs_type)
+            body = file_identity.snapshot_identity(snapshot, volume.fs_type)
             try:
                 with making(self.system.pool, dest, body) as stamp:
                     with (

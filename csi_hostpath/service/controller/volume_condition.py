@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from csi_hostpath.core import conditions, ledger
+from csi_hostpath.core import conditions, ledger_rules
 from csi_hostpath.core.conditions import Problem, VolumeHealth
 from csi_hostpath.core.model import Volume
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.base import Pool
 
 
@@ -41,7 +41,7 @@ def fenced(volume_id: str, layout: PoolLayout) -> list[Problem]:
             staged[beat.node_id] = generation
     if not staged:
         return []
-    stagers = ledger.fenced_stagers(layout.read_lease(volume_id), staged)
+    stagers = ledger_rules.fenced_stagers(layout.read_lease(volume_id), staged)
     return [
         Problem(VolumeHealth.INACCESSIBLE, conditions.FENCED, conditions.fenced_elsewhere(n, g))
         for n, g in stagers

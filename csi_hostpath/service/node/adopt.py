@@ -24,9 +24,9 @@ from typing import Any
 from csi_hostpath.core.model import AccessMode, AccessType, NodePublication, NodeStaging
 from csi_hostpath.core.naming import loop_tag_prefix, volume_id_from_tag
 from csi_hostpath.service.node._log import log
-from csi_hostpath.service.node.mounts import NodeMounts
+from csi_hostpath.service.node.node_mounts import NodeMounts
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool import Heartbeat
+from csi_hostpath.store.pool_layout import Heartbeat
 from csi_hostpath.system.base import LoopDevice, MountEntry, System
 
 

@@ -9,19 +9,19 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from csi_hostpath.config import Config
-from csi_hostpath.core import conditions, ledger
+from csi_hostpath.core import conditions, ledger_rules
 from csi_hostpath.core.context_keys import GENERATION_KEY
 from csi_hostpath.core.errors import Busy, GenerationRevoked
 from csi_hostpath.core.model import AccessType, NodePublication, NodeStaging
 from csi_hostpath.core.naming import loop_tag
+from csi_hostpath.daemon.config import Config
 from csi_hostpath.service.guard import InFlight
 from csi_hostpath.service.node._log import log
 from csi_hostpath.service.node.adopt import Unclaimed, heartbeat_entry
 from csi_hostpath.service.node.devices import DeviceWatch
-from csi_hostpath.service.node.mounts import NodeMounts
+from csi_hostpath.service.node.node_mounts import NodeMounts
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.base import System
 
 _TOKEN = re.compile(r"[0-9]{1,18}")
@@ -133,7 +133,7 @@ class NodeAgent:
         for seen in self.store.stagings():
             if seen.generation == 0:
                 continue
-            if not ledger.is_revoked(
+            if not ledger_rules.is_revoked(
                 self.layout.read_lease(seen.volume_id), self.node_id, seen.generation
             ):
                 continue
@@ -143,7 +143,7 @@ class NodeAgent:
                     # under a newer grant since the first read.
                     current = self.store.get_staging(seen.volume_id)
                     lease = self.layout.read_lease(seen.volume_id)
-                    if current is None or not ledger.is_revoked(
+                    if current is None or not ledger_rules.is_revoked(
                         lease, self.node_id, current.generation
                     ):
                         continue
@@ -157,7 +157,7 @@ class NodeAgent:
             self.volume_changed(volume_id)  # the next holder waits for it to be unlisted
         return fenced
 
-    def _fence(self, s: NodeStaging, lease: ledger.Lease | None) -> None:
+    def _fence(self, s: NodeStaging, lease: ledger_rules.Lease | None) -> None:
         held = lease.holders if lease else {}
         log.warning(
             "FENCING volume %s: this node (%s) staged it under generation %d, but the ledger "
@@ -256,7 +256,7 @@ class NodeAgent:
             )
         generation = int(raw)
         lease = self.layout.read_lease(volume_id)
-        if not ledger.grants(lease, self.node_id, generation):
+        if not ledger_rules.grants(lease, self.node_id, generation):
             held = lease.holders if lease else {}
             raise GenerationRevoked(
                 f"volume {volume_id}: generation {generation} is not held by node "

@@ -31,7 +31,7 @@ from typing import Any
 from csi_hostpath.core.errors import Busy, FreezeTimedOut
 from csi_hostpath.core.naming import is_volume_id
 from csi_hostpath.service.node._log import log
-from csi_hostpath.store.pool import write_atomically
+from csi_hostpath.store.pool_layout import write_atomically
 from csi_hostpath.system.base import System
 
 # For crash tests only: hold every freeze this many seconds, so a test can kill -9 the plugin

@@ -8,7 +8,6 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from csi_hostpath.config import Config
 from csi_hostpath.core import access, quantity
 from csi_hostpath.core.capacity import POOL_RESERVE_BYTES
 from csi_hostpath.core.context_keys import EPHEMERAL_SIZE_KEY, FS_TYPE_KEY
@@ -21,9 +20,10 @@ from csi_hostpath.core.errors import (
 )
 from csi_hostpath.core.model import AccessType, Capability, NodeStaging
 from csi_hostpath.core.naming import is_volume_id, loop_tag
+from csi_hostpath.daemon.config import Config
 from csi_hostpath.service.guard import InFlight
 from csi_hostpath.service.node._log import log
-from csi_hostpath.service.node.mounts import NodeMounts
+from csi_hostpath.service.node.node_mounts import NodeMounts
 from csi_hostpath.store.db import Store
 from csi_hostpath.system.base import System
 

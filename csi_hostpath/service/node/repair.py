@@ -13,9 +13,9 @@ from csi_hostpath.service.node._log import log
 from csi_hostpath.service.node.adopt import NodeAdopt, Unclaimed
 from csi_hostpath.service.node.agent import NodeAgent
 from csi_hostpath.service.node.inline import InlineVolumes
-from csi_hostpath.service.node.mounts import NodeMounts
+from csi_hostpath.service.node.node_mounts import NodeMounts
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool import Heartbeat, PoolLayout
+from csi_hostpath.store.pool_layout import Heartbeat, PoolLayout
 from csi_hostpath.system.base import System
 
 

@@ -12,8 +12,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from csi_hostpath.config import Config, PoolScope
-from csi_hostpath.core import access, ledger
+from csi_hostpath.core import access, ledger_rules
 from csi_hostpath.core.context_keys import (
     ACCESS_TYPE_KEY,
     EPHEMERAL_KEY,
@@ -38,14 +37,15 @@ from csi_hostpath.core.model import (
     NodeStaging,
 )
 from csi_hostpath.core.naming import is_volume_id, loop_tag, node_key
+from csi_hostpath.daemon.config import Config, PoolScope
 from csi_hostpath.service.guard import InFlight
 from csi_hostpath.service.node._log import log
 from csi_hostpath.service.node.adopt import Unclaimed
 from csi_hostpath.service.node.agent import NodeAgent
 from csi_hostpath.service.node.freeze import Freezes
-from csi_hostpath.service.node.freeze_remote import FreezeServer
+from csi_hostpath.service.node.freeze_server import FreezeServer
 from csi_hostpath.service.node.inline import InlineVolumes
-from csi_hostpath.service.node.mounts import NodeMounts
+from csi_hostpath.service.node.node_mounts import NodeMounts
 from csi_hostpath.service.node.paths import DriverDirs, check_path, mounted_at
 from csi_hostpath.service.node.repair import NodeRepair
 from csi_hostpath.service.node.stats import StagedVolumes, VolumeStats
@@ -53,7 +53,7 @@ from csi_hostpath.service.node.tuning import NodeTuning
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.freeze_channel import FreezeChannel
 from csi_hostpath.store.mutable_records import MutableRecords
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.base import System
 
 
@@ -90,7 +90,7 @@ class NodeService:
             self.node_id, store, system, layout, self.mounts, self.inline, self.freezes,
             self.inflight, config.max_freeze_seconds / 2,
         )  # fmt: skip
-        # Where the CO's staging and target paths may never resolve to (node_paths.py).
+        # Where the CO's staging and target paths may never resolve to (paths.py).
         self.paths = DriverDirs(
             {"state directory": config.state_dir, "pool directory": config.pool_dir}
         )
@@ -293,7 +293,9 @@ class NodeService:
             if staged is None or staged.staging_path != staging_path:
                 raise NotStaged(f"volume {volume_id} is not staged at {staging_path}")
             lease = self.layout.read_lease(volume_id)
-            if staged.generation and ledger.is_revoked(lease, self.node_id, staged.generation):
+            if staged.generation and ledger_rules.is_revoked(
+                lease, self.node_id, staged.generation
+            ):
                 # The fence pass would cut it off within seconds; never bind a new target first.
                 raise GenerationRevoked(
                     f"volume {volume_id}: this node's grant (generation {staged.generation}) was "

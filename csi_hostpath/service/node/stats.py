@@ -9,7 +9,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from csi_hostpath.core import access, conditions, ledger
+from csi_hostpath.core import access, conditions, ledger_rules
 from csi_hostpath.core.capacity import POOL_RESERVE_BYTES
 from csi_hostpath.core.conditions import Problem, VolumeHealth
 from csi_hostpath.core.errors import (
@@ -24,9 +24,9 @@ from csi_hostpath.service.guard import InFlight
 from csi_hostpath.service.node._log import log
 from csi_hostpath.service.node.freeze import Freezes
 from csi_hostpath.service.node.inline import InlineVolumes
-from csi_hostpath.service.node.mounts import NodeMounts
+from csi_hostpath.service.node.node_mounts import NodeMounts
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.base import FsStats, LoopDevice, NotPermitted, System
 
 
@@ -106,7 +106,7 @@ class StagedVolumes:
         ledger revoked comes first: the node must stop using the volume whatever else holds."""
         found, device = self._kernel_problems(staged, path, frozen_after)
         lease = self.layout.read_lease(staged.volume_id)
-        if ledger.fenced_stagers(lease, {self.node_id: staged.generation}):
+        if ledger_rules.fenced_stagers(lease, {self.node_id: staged.generation}):
             fenced = conditions.fenced_here(staged.volume_id, staged.generation)
             found = [Problem(VolumeHealth.INACCESSIBLE, conditions.FENCED, fenced), *found]
         return found, device

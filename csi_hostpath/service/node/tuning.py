@@ -17,7 +17,7 @@ from csi_hostpath.core.mutable import LIMIT_FIELDS, Tuning
 from csi_hostpath.core.naming import is_volume_id
 from csi_hostpath.service.node._log import log
 from csi_hostpath.store.mutable_records import MutableRecords
-from csi_hostpath.store.pool import write_atomically
+from csi_hostpath.store.pool_layout import write_atomically
 from csi_hostpath.system.iolimits import IoTuner
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool import PoolLayout, write_atomically
+from csi_hostpath.store.pool_layout import PoolLayout, write_atomically
 from csi_hostpath.system.flock import hold_exclusive
 
 

@@ -33,8 +33,7 @@ from csi_hostpath.system.base import (
     NoSpace,
     System,
 )
-from csi_hostpath.system.errors import NotPermitted
-from csi_hostpath.system.fake.kernel import (
+from csi_hostpath.system.fake.fake_kernel import (
     _BYTES_PER_INODE,
     _MKFS_EXIT,
     _SUPPORTED_FS,
@@ -46,11 +45,12 @@ from csi_hostpath.system.fake.kernel import (
     _fake_index,
     _FsHeader,
 )
-from csi_hostpath.system.fake.mounts import FakeMounts
+from csi_hostpath.system.fake.fake_mounts import FakeMounts
 from csi_hostpath.system.iolimits import FakeIoTuner
 from csi_hostpath.system.linux.fs import statvfs_stats
+from csi_hostpath.system.linux.linux_pool import LinuxPool
 from csi_hostpath.system.linux.loop_ioctl import encode_tag
-from csi_hostpath.system.linux.pool import LinuxPool
+from csi_hostpath.system.system_errors import NotPermitted
 
 # The kernel and the mounts live in fake_kernel.py and fake_mounts.py; callers import from here.
 __all__ = [

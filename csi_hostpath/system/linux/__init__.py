@@ -11,7 +11,6 @@ import os
 from pathlib import Path
 
 from csi_hostpath.system.base import System
-from csi_hostpath.system.errors import DeviceNodeError
 from csi_hostpath.system.iolimits import LinuxIoTuner
 from csi_hostpath.system.linux.devnodes import LOOP_CONTROL, SYS_LOOP_CONTROL, control_node
 from csi_hostpath.system.linux.fs import (
@@ -21,6 +20,8 @@ from csi_hostpath.system.linux.fs import (
     FS_SHUTDOWN_NOSYNC,
     LinuxFs,
 )
+from csi_hostpath.system.linux.linux_mounts import LinuxMounts, mount_arguments
+from csi_hostpath.system.linux.linux_pool import FICLONE, LinuxPool
 from csi_hostpath.system.linux.loop import LinuxDevices, LinuxLoop
 from csi_hostpath.system.linux.loop_ioctl import (
     BLKGETSIZE64,
@@ -45,9 +46,8 @@ from csi_hostpath.system.linux.mountinfo import (
     topmost,
     unescape_mountinfo,
 )
-from csi_hostpath.system.linux.mounts import LinuxMounts, mount_arguments
-from csi_hostpath.system.linux.pool import FICLONE, LinuxPool
 from csi_hostpath.system.runner import missing_tools
+from csi_hostpath.system.system_errors import DeviceNodeError
 
 __all__ = [
     "BLKGETSIZE64",

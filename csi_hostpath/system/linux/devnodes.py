@@ -18,8 +18,8 @@ import os
 import re
 import stat
 
-from csi_hostpath.system.errors import DeviceNodeError
 from csi_hostpath.system.linux._log import log
+from csi_hostpath.system.system_errors import DeviceNodeError
 
 LOOP_CONTROL = "/dev/loop-control"
 SYS_BLOCK = "/sys/block"

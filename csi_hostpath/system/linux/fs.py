@@ -8,7 +8,6 @@ import os
 import struct
 
 from csi_hostpath.system.base import CommandError, FsStats
-from csi_hostpath.system.errors import command_error, syscall_error
 from csi_hostpath.system.linux._log import log
 from csi_hostpath.system.linux.loop_ioctl import (
     LOOP_GET_STATUS64,
@@ -20,6 +19,7 @@ from csi_hostpath.system.linux.loop_ioctl import (
 )
 from csi_hostpath.system.linux.mountinfo import read_mountinfo_at, topmost
 from csi_hostpath.system.runner import run
+from csi_hostpath.system.system_errors import command_error, syscall_error
 
 # --- ioctl numbers (linux/fs.h) ------------------------------------------------------------------
 FS_IOC_SHUTDOWN = 0x8004587D  # _IOR('X', 125, __u32); also EXT4_IOC_SHUTDOWN / XFS_IOC_GOINGDOWN

@@ -2,11 +2,12 @@
 path (statx + statmount(2), two syscalls; mountinfo where the kernel can't name a single mount:
 no statmount(2), Linux < 6.8, or no sb_source, < 6.11).
 
-Without statmount, an RPC's lookups share one read of mountinfo: the api layer asks the system
-for Mounts.shared_lookups() around each RPC, LinuxMounts' lookups parse mountinfo once inside it
-and answer every later one from that parse, until a mount, bind or unmount made through
-LinuxMounts drops it. Outside a scope (reconcile at start, tools) each lookup reads mountinfo for
-itself. With statmount nothing of the scope is used."""
+Without statmount, an RPC's lookups share one read of mountinfo: each servicer's RPC body runs in
+`with self.shared_lookups():` (the system's Mounts.shared_lookups(), which sets this thread's
+context variable below). LinuxMounts' lookups parse mountinfo once inside it and answer every
+later one from that parse, until a mount, bind or unmount made through LinuxMounts drops it.
+Outside a scope (reconcile at start, tools) each lookup reads mountinfo for itself. With
+statmount nothing of the scope is used."""
 
 from __future__ import annotations
 
@@ -57,8 +58,6 @@ def changed() -> None:
 
 _OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
 MOUNTINFO = "/proc/self/mountinfo"
-# False once the kernel has said it has no statmount(2) or no unique mount IDs.
-_statmount_works = True
 # id, parent, major:minor, root, mount point, options, "-", type, source, super options
 _MOUNTINFO_MIN_FIELDS = 10
 
@@ -131,16 +130,25 @@ def read_mountinfo_at(mount_point: str) -> list[MountRecord]:
     return parse_mountinfo(b"\n".join(lines).decode("utf-8", errors="surrogateescape"))
 
 
-def find_mount(path: str) -> MountEntry | None:
+@dataclass
+class StatmountProbe:
+    """Whether this kernel names one mount through statmount(2): True until the kernel says it
+    has no statmount(2) or no unique mount IDs, then False for as long as its owner lives (the
+    system's LinuxMounts, one per process)."""
+
+    works: bool = True
+
+
+def find_mount(path: str, probe: StatmountProbe) -> MountEntry | None:
     """The topmost mount at path (resolved), or None: statx(2) + statmount(2), two syscalls
-    whatever the number of mounts; read_mountinfo_at() where the kernel can't answer so."""
-    global _statmount_works  # noqa: PLW0603 - learnt once per process
-    if _statmount_works:
+    whatever the number of mounts; read_mountinfo_at() where the kernel can't answer so (and,
+    when no path can be answered so, probe.works turns False and statmount is not asked again)."""
+    if probe.works:
         try:
             return statmount.find(path)
         except statmount.Unsupported as exc:
             if exc.kernel_wide:
-                _statmount_works = False
+                probe.works = False
             log.debug("%s; reading mountinfo", exc)
     parsed = current()
     if parsed is None:

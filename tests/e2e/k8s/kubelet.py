@@ -16,7 +16,7 @@ from pathlib import Path
 
 import grpc
 
-from csi_hostpath import csi_requests as rq
+from csi_hostpath.client import csi_requests as rq
 from tests.e2e.harness import DRIVER_NAME, PV, Node
 from tests.e2e.harness import Pod as PodPaths
 from tests.e2e.k8s.clock import Backoff, SimClock, operation_backoff

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from csi_hostpath import csi_requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
+from csi_hostpath.client import csi_requests as rq
 from tests.e2e.harness import PV, Node, Plugin
 from tests.e2e.k8s.clock import Backoff, SimClock, workqueue_backoff
 from tests.e2e.k8s.objects import Api, Claim

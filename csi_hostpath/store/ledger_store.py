@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from csi_hostpath.core import ledger
+from csi_hostpath.core import ledger_rules
 from csi_hostpath.core.errors import VolumeNotFound
 from csi_hostpath.core.model import Publication, Volume
 from csi_hostpath.store.connection import Connection
@@ -29,9 +29,9 @@ class Ledger(Connection):
         self,
         volume_id: str,
         node_id: str,
-        decide: Callable[[Volume, list[Publication], int, int], ledger.PublishDecision],
+        decide: Callable[[Volume, list[Publication], int, int], ledger_rules.PublishDecision],
         actor: str,
-    ) -> ledger.PublishDecision:
+    ) -> ledger_rules.PublishDecision:
         """Run decide(volume, holders, node_count_elsewhere, generation) and commit its outcome,
         all under one write lock."""
         with self._tx() as db:
@@ -51,7 +51,7 @@ class Ledger(Connection):
                 (node_id, volume_id),
             ).fetchone()[0]
             decision = decide(volume, holders, count, row["generation"])
-            if isinstance(decision, ledger.Publish):
+            if isinstance(decision, ledger_rules.Publish):
                 p = decision.publication
                 _insert_publication(db, p, "INSERT")
                 db.execute(

@@ -11,16 +11,17 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 
 from csi_hostpath.system.base import CommandError, Holder, MountEntry
-from csi_hostpath.system.errors import command_error, syscall_error
 from csi_hostpath.system.holders import holders_of_path
 from csi_hostpath.system.linux import mountinfo
 from csi_hostpath.system.linux._log import log
 from csi_hostpath.system.linux.mountinfo import (
+    StatmountProbe,
     find_mount,
     read_mountinfo,
     unescape_mountinfo,
 )
 from csi_hostpath.system.runner import run
+from csi_hostpath.system.system_errors import command_error, syscall_error
 
 # --- mount(2) and umount2(2) without spawning mount(8) -------------------------------------------
 #
@@ -200,9 +201,9 @@ def _fast_bind(source: str, target: str) -> bool:
     return True
 
 
-def _fast_remount_read_only(target: str) -> bool:
+def _fast_remount_read_only(target: str, probe: StatmountProbe) -> bool:
     path = os.path.realpath(target)
-    entry = find_mount(path)
+    entry = find_mount(path, probe)
     if entry is None:
         return False
     flags = MS_REMOUNT | MS_BIND | MS_RDONLY
@@ -260,6 +261,10 @@ def _unmount_now(path: str, lazy: bool) -> None:
 
 
 class LinuxMounts:
+    def __init__(self) -> None:
+        # Learnt at the first lookup the kernel can't answer by statmount(2); mountinfo after.
+        self.statmount = StatmountProbe()
+
     def mount(self, device: str, target: str, fs_type: str, options: Sequence[str]) -> None:
         argv = ["mount", "-t", fs_type]
         if options:
@@ -279,7 +284,7 @@ class LinuxMounts:
         # writable bind behind where a read-only one was asked for.
         try:
             _fast_or_tool(
-                functools.partial(_fast_remount_read_only, target),
+                functools.partial(_fast_remount_read_only, target, self.statmount),
                 ["mount", "-o", "remount,bind,ro", target],
             )
         except CommandError:
@@ -301,7 +306,7 @@ class LinuxMounts:
             raise
 
     def find(self, target: str) -> MountEntry | None:
-        return find_mount(os.path.realpath(target))
+        return find_mount(os.path.realpath(target), self.statmount)
 
     def shared_lookups(self) -> AbstractContextManager[None]:
         return mountinfo.shared_mountinfo()

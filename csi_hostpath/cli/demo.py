@@ -12,12 +12,12 @@ from typing import TextIO
 
 import grpc
 
-from csi_hostpath import csi_requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
+from csi_hostpath.client import csi_requests as rq
 from csi_hostpath.service.inspect import inspect_volume, render_phases
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.store.pool_layout import PoolLayout
 
 MiB = 1 << 20
 DEMO_CAPABILITY = rq.mount_cap("ext4")

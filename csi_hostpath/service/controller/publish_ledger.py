@@ -2,7 +2,7 @@
 lease files nodes read, the fences nodes report, and the operator's force-detach. The servicer
 (api/controller.py) and the `ledger` command both call PublishLedger directly.
 
-publish: decide and commit in one transaction (core.ledger.decide_publish, whose
+publish: decide and commit in one transaction (core.ledger_rules.decide_publish, whose
 refuse_multi_attach turns a second node away, under the store's write lock) → write the lease
 nodes read. A crash between the two heals on the attacher's retry.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from csi_hostpath.core import access, ledger
+from csi_hostpath.core import access, ledger_rules
 from csi_hostpath.core.context_keys import ACCESS_TYPE_KEY, GENERATION_KEY, READONLY_KEY
 from csi_hostpath.core.errors import NodeNotFound, VolumeNotFound
 from csi_hostpath.core.model import Capability, Publication, Volume
@@ -21,7 +21,7 @@ from csi_hostpath.service.controller._log import log
 from csi_hostpath.service.controller.revocation import Revocations
 from csi_hostpath.service.guard import InFlight
 from csi_hostpath.store.db import AuditEntry, Store
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.store.pool_layout import PoolLayout
 
 
 @dataclass
@@ -59,8 +59,8 @@ class PublishLedger:
 
             def decide(
                 volume: Volume, holders: list[Publication], count: int, generation: int
-            ) -> ledger.PublishDecision:
-                return ledger.decide_publish(
+            ) -> ledger_rules.PublishDecision:
+                return ledger_rules.decide_publish(
                     volume,
                     node_id,
                     cap,
@@ -81,7 +81,7 @@ class PublishLedger:
             # Written on every call, including repeats: a crash between the commit and this
             # write heals when the attacher retries.
             self.write_lease(volume_id)
-            if isinstance(decision, ledger.Publish):
+            if isinstance(decision, ledger_rules.Publish):
                 p = decision.publication
                 log.info(
                     "published %s to node %s mode=%s ro=%s generation=%d",
@@ -167,7 +167,7 @@ class PublishLedger:
     def force_detach(
         self, volume_id: str, node_id: str, *, accept_data_loss: bool, actor: str, reason: str
     ) -> tuple[Publication | None, float | None]:
-        """Take node_id's hold away when core.ledger.decide_force_detach allows it (the node
+        """Take node_id's hold away when core.ledger_rules.decide_force_detach allows it (the node
         silent past the grace period, or the operator accepting the risk), and write the lease
         so the node fences itself if it comes back. Returns the revoked hold (None: the node
         held nothing, nothing to do) and the node's heartbeat age."""
@@ -175,7 +175,7 @@ class PublishLedger:
         age = beat.age() if beat else None
 
         def check(p: Publication) -> None:
-            ledger.decide_force_detach(p, age, self.node_grace, accept_data_loss)
+            ledger_rules.decide_force_detach(p, age, self.node_grace, accept_data_loss)
 
         revoked = self.store.force_detach(volume_id, node_id, check, actor, reason)
         if revoked is not None:
@@ -190,7 +190,7 @@ def sync_lease(store: Store, layout: PoolLayout, volume_id: str) -> None:
     # Not fsynced: the lease is a cache of the durable ledger, rewritten whole on every change
     # and by reconcile before the controller serves. A lease lost in a crash reads as unknown:
     # nodes refuse to stage (the attacher retries) and fence nothing (see core.ledger).
-    layout.write_lease(ledger.Lease(volume_id, newest, holders))
+    layout.write_lease(ledger_rules.Lease(volume_id, newest, holders))
 
 
 def import_node_events(store: Store, layout: PoolLayout) -> int:

@@ -5,7 +5,7 @@ Around its copy of a volume's backing file the controller asks every node the le
 than a node served by its own process, which freezes in-process) to freeze the volume, waits for
 "frozen", keeps the ask alive while it copies, and withdraws it after. The node thaws on its own
 when the ask is withdrawn, when the controller stops renewing it (kill -9), or after the ask's
-timeout (store/freeze_channel.py; the node's half is service/node/freeze_remote.py).
+timeout (store/freeze_channel.py; the node's half is service/node/freeze_server.py).
 
 The copy counts as consistent only if the node still answers "frozen", with the same freeze id,
 once the copy is done. A node that holds the volume but is silent, or does not answer in time,
@@ -27,7 +27,7 @@ from typing import Any
 from csi_hostpath.core.errors import Busy, FreezeTimedOut
 from csi_hostpath.service.controller._log import log
 from csi_hostpath.store.freeze_channel import FreezeChannel
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.store.pool_layout import PoolLayout
 
 # For crash tests only (the same hook as the node's own freeze, service/node/freeze.py): hold
 # every remote freeze this many seconds once the node says "frozen".

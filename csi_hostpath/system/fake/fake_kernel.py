@@ -1,5 +1,6 @@
 """The fake system layer's kernel: loop devices, filesystem headers and mounts, shared by the
-fake parts (fake.py, fake_mounts.py) of one machine. What the fake pretends: see fake.py."""
+fake parts (__init__.py, fake_mounts.py) of one machine. What the fake pretends: see
+__init__.py."""
 
 from __future__ import annotations
 

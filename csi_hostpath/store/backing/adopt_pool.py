@@ -3,7 +3,7 @@
 Run by the controller at start, before it serves, and by `csi-hostpath state rebuild`. For each
 backing file that no record claims:
 
-- it carries an identity (store/backing/identity.py): its record is re-adopted, so ListVolumes
+- it carries an identity (store/backing/file_identity.py): its record is re-adopted, so ListVolumes
   lists it and a restore from it works again;
 - it is what a crash left in its window (a ``*.tmp`` copy; a file without identity younger than
   its own unfinished intent, which was never handed out): it is removed;
@@ -27,10 +27,10 @@ from csi_hostpath.core.access import effective_readonly
 from csi_hostpath.core.model import AccessType, Publication, Volume
 from csi_hostpath.core.naming import is_snapshot_id, is_volume_id
 from csi_hostpath.store._log import log
-from csi_hostpath.store.backing import identity
+from csi_hostpath.store.backing import file_identity
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.ledger import TokenFloor
-from csi_hostpath.store.pool import PoolLayout, write_atomically
+from csi_hostpath.store.ledger_store import TokenFloor
+from csi_hostpath.store.pool_layout import PoolLayout, write_atomically
 
 QUARANTINE = "quarantine"
 # An intent's time and its file's mtime come from the same clock, but a filesystem may round.
@@ -65,13 +65,13 @@ def quarantined_files(layout: PoolLayout) -> list[Path]:
     return sorted(
         p
         for p in directory.iterdir()
-        if p.is_file() and not p.name.endswith((".why.json", identity.SIDECAR_SUFFIX))
+        if p.is_file() and not p.name.endswith((".why.json", file_identity.SIDECAR_SUFFIX))
     )
 
 
 # What the driver keeps beside a volume's or snapshot's file: its identity sidecar, the intent of
 # a create in flight, a copy being written.
-_COMPANIONS = (identity.SIDECAR_SUFFIX, identity.INTENT_SUFFIX, ".tmp")
+_COMPANIONS = (file_identity.SIDECAR_SUFFIX, file_identity.INTENT_SUFFIX, ".tmp")
 
 
 def _is_pool_file(name: str, is_id: Callable[[str], bool]) -> bool:
@@ -128,15 +128,15 @@ def _sweep_tmp(layout: PoolLayout, report: AdoptReport) -> None:
 
 def _settle_intents(layout: PoolLayout, known: set[str], report: AdoptReport) -> None:
     for intent in [
-        *layout.volumes.glob("*" + identity.INTENT_SUFFIX),
-        *layout.snapshots.glob("*" + identity.INTENT_SUFFIX),
+        *layout.volumes.glob("*" + file_identity.INTENT_SUFFIX),
+        *layout.snapshots.glob("*" + file_identity.INTENT_SUFFIX),
     ]:
-        path = intent.with_name(intent.name[: -len(identity.INTENT_SUFFIX)])
-        body = identity.read_intent(intent) or {}
+        path = intent.with_name(intent.name[: -len(file_identity.INTENT_SUFFIX)])
+        body = file_identity.read_intent(intent) or {}
         if path.stem in known or not path.exists():
             intent.unlink(missing_ok=True)  # committed, or the file was never made
             continue
-        if identity.read_identity(path) is not None:
+        if file_identity.read_identity(path) is not None:
             continue  # complete up to the commit: adopted below, which clears the intent
         started = float(body.get("at", 0.0))
         if path.stat().st_mtime + _CLOCK_SLACK_SECONDS >= started:
@@ -146,7 +146,7 @@ def _settle_intents(layout: PoolLayout, known: set[str], report: AdoptReport) ->
                 path,
             )
             path.unlink(missing_ok=True)
-            identity.remove_identity(path)
+            file_identity.remove_identity(path)
             report.removed.append(str(path))
         # An older file is not what this intent made: it stays, to be quarantined below.
 
@@ -154,7 +154,7 @@ def _settle_intents(layout: PoolLayout, known: set[str], report: AdoptReport) ->
 def _adopt_file(
     store: Store, layout: PoolLayout, path: Path, kind: str, report: AdoptReport
 ) -> None:
-    body = identity.read_identity(path)
+    body = file_identity.read_identity(path)
     if body is None:
         quarantine(layout, path, "no record and no identity: not a file this driver made", report)
         return
@@ -165,10 +165,12 @@ def _adopt_file(
     try:
         if kind == "volume":
             raced: object = store.insert_volume_unless_named(
-                identity.volume_from_identity(body, size)
+                file_identity.volume_from_identity(body, size)
             )
         else:
-            raced = store.insert_snapshot_unless_named(identity.snapshot_from_identity(body, size))
+            raced = store.insert_snapshot_unless_named(
+                file_identity.snapshot_from_identity(body, size)
+            )
     except (KeyError, TypeError, ValueError) as exc:
         quarantine(layout, path, f"its identity can't be read: {exc!r}", report)
         return
@@ -177,7 +179,7 @@ def _adopt_file(
         # failed; the record that won is the one the CO knows.
         quarantine(layout, path, f"its name {body.get('name')!r} belongs to another {kind}", report)
         return
-    identity.finish(path)
+    file_identity.finish(path)
     store.record("pool", "adopt", path.stem if kind == "volume" else "", "", 0, str(path))
     log.warning("pool: re-adopted %s %s (name %r) from its identity", kind, path.stem, body["name"])
     report.adopted.append(path.stem)
@@ -191,10 +193,10 @@ def quarantine(layout: PoolLayout, path: Path, why: str, report: AdoptReport) ->
     if dest.exists():
         dest = directory / f"{path.name}.{time.time_ns()}"
     os.rename(path, dest)
-    sidecar = identity.sidecar_path(path)
+    sidecar = file_identity.sidecar_path(path)
     if sidecar.exists():
-        os.rename(sidecar, identity.sidecar_path(dest))
-    identity.intent_path(path).unlink(missing_ok=True)
+        os.rename(sidecar, file_identity.sidecar_path(dest))
+    file_identity.intent_path(path).unlink(missing_ok=True)
     body = {"file": str(path), "now": str(dest), "why": why, "at": time.time()}
     write_atomically(dest.with_name(dest.name + ".why.json"), json.dumps(body).encode())
     report.quarantined.append((str(dest), why))
@@ -206,14 +208,14 @@ def _stamp_recorded(store: Store, layout: PoolLayout, report: AdoptReport) -> No
     for volume in store.all_volumes():
         fs_types[volume.volume_id] = volume.fs_type
         path = layout.volume_file(volume.volume_id)
-        if path.exists() and identity.read_identity(path) is None:
-            identity.write_identity(path, identity.volume_identity(volume))
+        if path.exists() and file_identity.read_identity(path) is None:
+            file_identity.write_identity(path, file_identity.volume_identity(volume))
             report.stamped.append(volume.volume_id)
     for snap in store.list_snapshots("", 0)[0]:
         path = layout.snapshot_file(snap.snapshot_id)
-        if path.exists() and identity.read_identity(path) is None:
+        if path.exists() and file_identity.read_identity(path) is None:
             fs_type = fs_types.get(snap.source_volume_id, "")
-            identity.write_identity(path, identity.snapshot_identity(snap, fs_type))
+            file_identity.write_identity(path, file_identity.snapshot_identity(snap, fs_type))
             report.stamped.append(snap.snapshot_id)
 
 

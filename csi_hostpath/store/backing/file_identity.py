@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from csi_hostpath.core.model import ContentSource, Snapshot, Volume
-from csi_hostpath.store.pool import write_atomically
+from csi_hostpath.store.pool_layout import write_atomically
 from csi_hostpath.store.rows import caps_from_json, caps_to_json
 
 XATTR = "user.csi-hostpath.identity"

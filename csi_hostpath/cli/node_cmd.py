@@ -23,12 +23,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from csi_hostpath.config import DEFAULT_DRIVER_NAME
+from csi_hostpath.cli.lookup import no_state
 from csi_hostpath.core.nodeloss import DEFAULT_LOST_AFTER
-from csi_hostpath.lookup import no_state
+from csi_hostpath.daemon.config import DEFAULT_DRIVER_NAME
 from csi_hostpath.service.lost_volumes import forget_node, forgotten_nodes, lost_volumes
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.store.pool_layout import PoolLayout
 
 
 def add_node_parser(

@@ -24,26 +24,26 @@ from csi_hostpath.api.node import NodeServicer
 from csi_hostpath.api.rpc_log import RpcLog
 from csi_hostpath.api.self_publish import SelfPublish
 from csi_hostpath.api.snapshot_metadata import SnapshotMetadataServicer
-from csi_hostpath.config import Config
-from csi_hostpath.endpoint import claim_endpoint
+from csi_hostpath.daemon.config import Config
+from csi_hostpath.daemon.endpoint import claim_endpoint
+from csi_hostpath.daemon.stop_signals import stop_on_signals
 from csi_hostpath.service import readiness
 from csi_hostpath.service.controller import ControllerService
+from csi_hostpath.service.controller.changed_blocks import SnapshotMetadataService
 from csi_hostpath.service.controller.consistency import ReentrantConsistency
-from csi_hostpath.service.controller.freeze_remote import RemoteFreeze
 from csi_hostpath.service.controller.group_snapshots import GroupSnapshots
 from csi_hostpath.service.controller.modify import ModifyService
 from csi_hostpath.service.controller.pool_truth import open_pool
-from csi_hostpath.service.controller.snapshot_metadata import SnapshotMetadataService
+from csi_hostpath.service.controller.remote_freeze import RemoteFreeze
 from csi_hostpath.service.metrics import Metrics, build_metrics
 from csi_hostpath.service.node import NodeService
-from csi_hostpath.stop_signals import stop_on_signals
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.freeze_channel import FreezeChannel
 from csi_hostpath.store.groups import GroupRecords
 from csi_hostpath.store.headroom import Headroom
 from csi_hostpath.store.mutable_records import MutableRecords
 from csi_hostpath.store.open_state import open_store
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.base import System
 from csi_hostpath.system.flock import hold_exclusive
 
@@ -143,7 +143,7 @@ def _freeze_everywhere(
     config: Config, layout: PoolLayout, node: NodeService | None
 ) -> Callable[[str], AbstractContextManager[None]]:
     """The volume frozen wherever it may be mounted: on this process's own node in-process, and
-    on every other node the lease names through the pool (service/controller/freeze_remote.py)."""
+    on every other node the lease names through the pool (service/controller/remote_freeze.py)."""
     channel = FreezeChannel(layout.root)
     dropped = channel.withdraw_all()  # a starting controller has no copy in flight
     if dropped:

@@ -17,10 +17,10 @@ from csi_hostpath.doctor.finding import (
     nearest_existing,
     writable_dir,
 )
-from csi_hostpath.store.backing.adopt import quarantine_dir, quarantined_files, strays
+from csi_hostpath.store.backing.adopt_pool import quarantine_dir, quarantined_files, strays
 from csi_hostpath.store.backing.owner import read_owner, rebuild_command
 from csi_hostpath.store.connection import peek_database_id
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.linux import FICLONE
 from csi_hostpath.system.linux.fs import statvfs_stats
 

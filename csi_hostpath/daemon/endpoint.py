@@ -1,9 +1,9 @@
 """Claim the driver's unix socket path without destroying what is there.
 
-The old code unlinked the endpoint path whatever it was: a regular file's content was lost, and a
-second driver (with another state directory, so the state-dir lock did not stop it) silently took
-over a live driver's socket. grpc core itself also unlinks an existing socket before it binds, so
-the check must happen here, before the server is asked to bind.
+Only a socket nothing answers on is removed: a regular file keeps its content, and a socket a
+live driver serves (one with another state directory, which the state-dir lock does not stop)
+is refused, not taken over. grpc core itself unlinks an existing socket before it binds, so the
+check happens here, before the server is asked to bind.
 """
 
 from __future__ import annotations

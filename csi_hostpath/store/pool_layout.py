@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from csi_hostpath.core.ledger import Lease
+from csi_hostpath.core.ledger_rules import Lease
 from csi_hostpath.core.naming import is_snapshot_id, is_volume_id, node_key
 
 

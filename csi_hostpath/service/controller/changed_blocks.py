@@ -13,13 +13,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from csi_hostpath.core import extents
+from csi_hostpath.core import byte_ranges
+from csi_hostpath.core.byte_ranges import BLOCK, Range
 from csi_hostpath.core.errors import CapacityOutOfRange, InvalidRequest, SnapshotNotFound
-from csi_hostpath.core.extents import BLOCK, Range
 from csi_hostpath.core.model import Snapshot
 from csi_hostpath.core.naming import is_snapshot_id
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.extents import data_extents, physical_extents, shared_ranges
 
 DEFAULT_MAX_RESULTS = 1024
@@ -57,9 +57,10 @@ class SnapshotMetadataService:
     def allocated(self, snapshot_id: str, starting_offset: int, max_results: int) -> Metadata:
         snap, path = self._snapshot(snapshot_id)
         per_page = self._check(starting_offset, max_results, snap.size_bytes)
-        ranges = extents.align(data_extents(path), limit=snap.size_bytes)
+        ranges = byte_ranges.align(data_extents(path), limit=snap.size_bytes)
         return Metadata(
-            snap.size_bytes, extents.pages(extents.from_offset(ranges, starting_offset), per_page)
+            snap.size_bytes,
+            byte_ranges.pages(byte_ranges.from_offset(ranges, starting_offset), per_page),
         )
 
     def delta(
@@ -74,12 +75,12 @@ class SnapshotMetadataService:
             )
         per_page = self._check(starting_offset, max_results, target.size_bytes)
         changed = _changed_blocks(base_path, target_path, target.size_bytes, starting_offset)
-        return Metadata(target.size_bytes, extents.pages(changed, per_page))
+        return Metadata(target.size_bytes, byte_ranges.pages(changed, per_page))
 
 
 def _candidates(base: Path, target: Path, capacity: int) -> list[Range]:
     """Where the two may differ: data in either, less what both share physically."""
-    either = extents.align(data_extents(base) + data_extents(target), limit=capacity)
+    either = byte_ranges.align(data_extents(base) + data_extents(target), limit=capacity)
     a, b = physical_extents(base), physical_extents(target)
     if a is None or b is None:
         return either
@@ -90,13 +91,13 @@ def _candidates(base: Path, target: Path, capacity: int) -> list[Range]:
         end = (offset + length) // BLOCK * BLOCK
         if end > start:
             whole.append((start, end - start))
-    return extents.subtract(either, whole)
+    return byte_ranges.subtract(either, whole)
 
 
 def _changed_blocks(
     base: Path, target: Path, capacity: int, starting_offset: int
 ) -> Iterator[Range]:
-    candidates = list(extents.from_offset(_candidates(base, target, capacity), starting_offset))
+    candidates = list(byte_ranges.from_offset(_candidates(base, target, capacity), starting_offset))
     fd_base = os.open(base, os.O_RDONLY | os.O_CLOEXEC)
     fd_target = os.open(target, os.O_RDONLY | os.O_CLOEXEC)
     try:

@@ -1,5 +1,5 @@
 """The fake system layer's mounts: records in the FakeKernel, over real target directories and
-files. What the fake pretends: see fake.py."""
+files. What the fake pretends: see __init__.py."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from csi_hostpath.system.base import (
     Holder,
     MountEntry,
 )
-from csi_hostpath.system.errors import command_error
-from csi_hostpath.system.fake.kernel import (
+from csi_hostpath.system.fake.fake_kernel import (
     _ATIME_FLAGS,
     _DEVTMPFS_NUMBER,
     _LOOP_MAJOR,
@@ -26,6 +25,7 @@ from csi_hostpath.system.fake.kernel import (
     _is_under,
     _Mount,
 )
+from csi_hostpath.system.system_errors import command_error
 
 
 def _per_mount_options(options: Sequence[str], read_only: bool) -> tuple[str, ...]:

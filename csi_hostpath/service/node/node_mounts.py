@@ -25,7 +25,7 @@ from csi_hostpath.core.naming import loop_tag, node_key
 from csi_hostpath.service.node._log import log
 from csi_hostpath.service.node.paths import create_file_nofollow, mounted_at, refuse_symlink
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool import PoolLayout
+from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.base import (
     CommandError,
     LoopDevice,
