@@ -215,13 +215,13 @@ def test_node_image_takes_kubeadms_names(tmp_path: Path) -> None:
     ]
     _fake(kubeadm, "printf '%s\\n' " + " ".join(names) + "\n")
     env = _env(CSI_HOSTPATH_CACHE=str(tmp_path))
-    out = subprocess.run(
-        ["bash", str(KIND / "node-image.sh"), "images"],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-    )
+
+    def images() -> subprocess.CompletedProcess[str]:
+        argv = ["bash", str(KIND / "node-image.sh"), "images"]
+        return subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+
+    out = images()
+    assert out.returncode == 0, out.stderr
     rows = [line.split() for line in out.stdout.splitlines()]
     assert rows == [
         [names[0], "gobin", "kube-apiserver"],
@@ -233,11 +233,5 @@ def test_node_image_takes_kubeadms_names(tmp_path: Path) -> None:
         [f"csi-hostpath-kind-net:{k8s}", "debian", "kind-net.Dockerfile:kubectl"],
     ]
     _fake(kubeadm, "echo registry.k8s.io/something-else:v1\n")
-    bad = subprocess.run(
-        ["bash", str(KIND / "node-image.sh"), "images"],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
+    bad = images()
     assert bad.returncode != 0 and "something-else" in bad.stderr
