@@ -71,9 +71,9 @@ kind-deploy: image  ## load the image into kind (as an archive) and helm upgrade
 		--set-string driver.image.tag=$(IMAGE_TAG) $(HELM_ARGS)
 
 # Arguments for tools/kind-e2e.sh: --dry-run prints every step and runs nothing; --keep leaves the
-# last cluster up; --only LETTERS, --plain LETTERS (the no-/dev shape's, abdk), --no-plain.
+# last cluster up; --only LETTERS, --plain LETTERS (the no-/dev shape's, abdkp), --no-plain.
 E2E_ARGS ?=
 
-kind-e2e: install  ## experiments a-o on kind, a b d k on kind without the host's /dev, nothing left behind (root; E2E_ARGS=--dry-run)
+kind-e2e: install  ## experiments a-o on kind, a b d k p on kind without the host's /dev, nothing left behind (root; E2E_ARGS=--dry-run)
 	$(SUDO) KIND_CLUSTER=$(KIND_CLUSTER) KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) PY=$(PY) \
 		bash tools/kind-e2e.sh $(E2E_ARGS)

@@ -9,7 +9,7 @@
 #    `python -m tests.cluster.e2e --kind` runs the experiments (--only LETTERS: some of them),
 #    installing the chart with helm as a user does; kind-down.
 # 2. The same with examples/kind-config-no-dev.yaml, the shape a plain `kind create cluster` gives
-#    (each node's /dev a copy made at its start), experiments a, b, d and k (--plain LETTERS:
+#    (each node's /dev a copy made at its start), experiments a, b, d, k and p (--plain LETTERS:
 #    others; --no-plain: skip this shape); kind-down.
 # 3. Nothing left: no kind container or network, no loop device or mount of the run's shared
 #    directory, the host's iptables and nftables rules, ip_forward and network devices as they
@@ -24,7 +24,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
 cd "$repo"
 
-DRY_RUN=0 KEEP=0 ONLY='' PLAIN=abdk
+DRY_RUN=0 KEEP=0 ONLY='' PLAIN=abdkp
 while [ $# -gt 0 ]; do
   case $1 in
     --dry-run) DRY_RUN=1 ;;

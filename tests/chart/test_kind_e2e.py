@@ -85,7 +85,7 @@ def test_dry_run_runs_the_experiments_on_both_shapes(dry_run: str) -> None:
     for args in runs:
         assert "--kubeconfig " in args and "/kubectl" in args and "/helm" in args
         assert "--pool-dir /var/lib/csi-hostpath-kind-e2e/pool" in args
-    assert "--only" not in runs[0] and runs[1].endswith("--only abdk")
+    assert "--only" not in runs[0] and runs[1].endswith("--only abdkp")
     assert dry_run.count("bash tools/kind/down.sh") == 2
     assert "nothing left behind" in dry_run
 
