@@ -54,11 +54,11 @@ chart-test: install  ## render the chart under many value sets and check it (off
 chart-render: install  ## print the chart's manifests with default values (like helm template)
 	$(PY) -m tests.chart.chart_tool render
 
-kind-up:  ## kind cluster of examples/kind-config.yaml with the project's images loaded (root: starts a dockerd of its own where the machine has none; prints KUBECONFIG=)
-	@$(SUDO) $(KIND_ENV) bash tools/kind/up.sh
+kind-up: install  ## kind cluster of examples/kind-config.yaml with the project's images loaded (root: starts a dockerd of its own where the machine has none; prints KUBECONFIG=)
+	@$(SUDO) $(KIND_ENV) PY=$(PY) bash tools/kind/up.sh
 
-kind-down:  ## delete the kind cluster, detach its loop devices, stop the dockerd kind-up started (the shared pool stays)
-	@$(SUDO) $(KIND_ENV) bash tools/kind/down.sh
+kind-down: install  ## delete the kind cluster, detach its loop devices, stop the dockerd kind-up started (the shared pool stays)
+	@$(SUDO) $(KIND_ENV) PY=$(PY) bash tools/kind/down.sh
 
 kind-deploy: image  ## load the image into kind (as an archive) and helm upgrade --install the chart
 	$(call need,$(KIND))

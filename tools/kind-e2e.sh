@@ -11,8 +11,8 @@
 # 2. The same with examples/kind-config-no-dev.yaml, the shape a plain `kind create cluster` gives
 #    (each node's /dev a copy made at its start), experiments a, b, d, k and p (--plain LETTERS:
 #    others; --no-plain: skip this shape); kind-down.
-# 3. Nothing left: no kind container or network, no loop device or mount of the run's shared
-#    directory, the host's iptables and nftables rules, ip_forward and network devices as they
+# 3. Nothing left: no kind container or network, no loop device the nodes' driver attached, no
+#    mount of the run's shared directory, the host's iptables and nftables rules, ip_forward and network devices as they
 #    were, the project's dockerd stopped when this run started it.
 # --dry-run prints the steps and runs nothing; --keep leaves the last cluster up (kind-down
 # removes it). The shared pool is a directory of the run's own, removed at the end.
@@ -123,7 +123,7 @@ if [ "$DRY_RUN" = 0 ] && [ "$KEEP" = 0 ]; then
     left=$(docker ps -a --filter "label=io.x-k8s.kind.cluster=$KIND_CLUSTER" -q)
     [ -z "$left" ] || failed+=("kind containers left: $left")
   fi
-  left=$(losetup -l -n -O NAME,BACK-FILE | awk -v d="$KIND_SHARED_DIR/" 'index($2, d) == 1 {print $1}')
+  left=$("$PY" tools/kind/loops.py "$KIND_CLUSTER-control-plane" "$KIND_CLUSTER-worker" "$KIND_CLUSTER-worker2")
   [ -z "$left" ] || failed+=("loop devices left: $left")
   left=$(awk -v d="$KIND_SHARED_DIR/" 'index($5 "/", d) == 1 {print $5}' /proc/self/mountinfo)
   [ -z "$left" ] || failed+=("mounts left: $left")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make kind-down: delete the kind cluster and what it left on the host. The loop devices its
-# nodes attached (their backing files in the shared pool or in a node's own /var volume) are
-# detached once the nodes are gone; kind's network is removed when no container is on it; the
+# nodes' driver attached (tools/kind/loops.py knows them by the driver's tag) are detached once
+# the nodes are gone; kind's network is removed when no container is on it; the
 # /lib/modules Docker made for kind-up is removed; the project's dockerd is stopped when kind-up
 # started it and no container is left. The shared pool and ledger stay (KIND_SHARED_DIR).
 # Settings: as tools/kind/up.sh.
@@ -21,17 +21,13 @@ fi
 export "${out?}"
 kind=$(kind_bin)
 
-sources=("$KIND_SHARED_DIR")
+# shellcheck disable=SC2207 # node names are single words
+nodes=($(cluster_nodes))
 if "$kind" get clusters 2>/dev/null | grep -qx "$KIND_CLUSTER"; then
-  # Each node's /var is an anonymous volume: a pool there (the local shape, or a user's plain
-  # configuration) backs loop devices from inside it.
-  for node in $("$kind" get nodes --name "$KIND_CLUSTER"); do
-    mapfile -t -O "${#sources[@]}" sources < <(docker inspect -f \
-      '{{range .Mounts}}{{if eq .Type "volume"}}{{println .Source}}{{end}}{{end}}' "$node" | sed '/^$/d')
-  done
   "$kind" delete cluster --name "$KIND_CLUSTER" --kubeconfig "$kubeconfig"
 fi
-for dev in $(loops_under "${sources[@]}"); do
+# Once the nodes are gone nothing uses them: the devices their driver attached, by its tag.
+for dev in $(tagged_loops "${nodes[@]}"); do
   losetup -d "$dev" && log "detached $dev"
 done
 if docker network inspect kind >/dev/null 2>&1 &&

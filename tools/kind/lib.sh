@@ -25,13 +25,18 @@ kind_bin() {
   echo "$path"
 }
 
-# loops_under DIR...: the loop devices whose backing file lies under one of DIRs.
-loops_under() {
-  local dir
-  losetup -l -n -O NAME,BACK-FILE 2>/dev/null | while read -r dev file; do
-    file=${file% (deleted)}
-    for dir in "$@"; do
-      case "$file" in "$dir"/*) echo "$dev"; break ;; esac
-    done
-  done
+# tagged_loops NODE...: the loop devices the driver attached for these nodes (tools/kind/loops.py).
+tagged_loops() {
+  local py=${PY:-$repo/.venv/bin/python}
+  [ -x "$py" ] || py=python3
+  "$py" "$repo/tools/kind/loops.py" "$@"
+}
+
+# cluster_nodes: the cluster's node names, from kind while it is up, else the names the
+# configurations in examples/ give (one control plane, two workers).
+cluster_nodes() {
+  local names
+  names=$("$(kind_bin)" get nodes --name "$KIND_CLUSTER" 2>/dev/null) || names=
+  [ -n "$names" ] || names="$KIND_CLUSTER-control-plane $KIND_CLUSTER-worker $KIND_CLUSTER-worker2"
+  echo "$names"
 }

@@ -14,10 +14,10 @@ import hashlib
 import json
 import os
 import re
-from pathlib import Path
 
 from tests.cluster.e2e.context import Ctx, expect, experiment, log, pod, pvc
 from tests.cluster.e2e.kube import Failed, pod_ready, until
+from tests.cluster.e2e.nodes import host_loop_devices
 
 CLAIMS = 40
 
@@ -40,14 +40,12 @@ def _reported(ctx: Ctx, node: str) -> dict[str, str]:
 
 
 def _backing(device: str) -> tuple[int, int] | None:
-    """The (st_dev, st_ino) of the file behind /dev/loopN, as the host's kernel says."""
-    name = os.path.basename(device)
-    try:
-        dev = Path(f"/sys/block/{name}/loop/backing_file").read_text().strip()
-        st = os.stat(dev.removesuffix(" (deleted)"))
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
+    """The (st_dev, st_ino) of the file behind /dev/loopN, as the host's kernel reports it. By
+    inode, never by path: the kernel gives the path the attaching container saw."""
+    for d in host_loop_devices():
+        if os.path.basename(d.name) == os.path.basename(device):
+            return d.back_dev, d.back_ino
+    return None
 
 
 def _loop_nodes(ctx: Ctx, node: str) -> set[str]:
