@@ -90,6 +90,14 @@ key() {
 
 image_name() { echo "csi-hostpath-kind-node:$KUBERNETES_VERSION-$(key)"; }
 
+# normalized NAME:TAG: the name containerd stores (docker.io/library/ for a bare name).
+normalized() {
+  case "$1" in
+    */*) case "${1%%/*}" in *.* | *:* | localhost) echo "$1" ;; *) echo "docker.io/$1" ;; esac ;;
+    *) echo "docker.io/library/$1" ;;
+  esac
+}
+
 need_docker() {
   docker version --format '{{.Server.Version}}' >/dev/null 2>&1 ||
     die "no Docker answers (DOCKER_HOST=${DOCKER_HOST:-unset}): eval \"export \$(tools/kind/docker.sh start)\""
@@ -131,7 +139,8 @@ build() {
   # shellcheck disable=SC2064 # the names are fixed now
   trap "docker rm -f $ctr >/dev/null 2>&1 || true; docker rmi $stage >/dev/null 2>&1 || true" EXIT
   say "stage 2: programs, version, manifests and images into $ctr"
-  docker run -d --name "$ctr" --privileged --entrypoint sleep "$stage" infinity >/dev/null
+  # --init: containerd, started by a docker exec that ends, is reaped when it stops.
+  docker run -d --init --name "$ctr" --privileged --entrypoint sleep "$stage" infinity >/dev/null
   for path in kubeadm kubelet kubectl; do docker cp "$(bin "$path")" "$ctr:/usr/bin/$path"; done
   docker cp "$(bin crictl)" "$ctr:/usr/local/bin/crictl"
   echo "$KUBERNETES_VERSION" | docker exec -i "$ctr" sh -c 'cat >/kind/version'
@@ -144,16 +153,15 @@ build() {
     while read -r path; do
       docker exec -i "$ctr" ctr -n k8s.io images import --no-unpack --all-platforms - <"$path" >/dev/null
     done
-  want=$({ cut -d' ' -f1 "$table"; echo "$pause_image"; } | while read -r ref; do
-    case "${ref%%/*}" in *.*) echo "$ref" ;; *) echo "docker.io/library/$ref" ;; esac
-  done | sort)
+  want=$({ cut -d' ' -f1 "$table"; echo "$pause_image"; } | while read -r ref; do normalized "$ref"; done | sort)
   got=$(docker exec "$ctr" ctr -n k8s.io images ls -q | sort)
   [ -z "$(comm -23 <(echo "$want") <(echo "$got"))" ] ||
     die "containerd lacks: $(comm -23 <(echo "$want") <(echo "$got") | tr '\n' ' ')"
-  docker exec "$ctr" sh -c 'pkill -x containerd; while pgrep -x containerd >/dev/null; do sleep 0.2; done
-    rm -rf /tmp/* /run/containerd'
-  docker commit -q --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' --change 'CMD []' \
-    --change "LABEL org.opencontainers.image.description=kind node image for Kubernetes $KUBERNETES_VERSION made by csi-hostpath's tools/kind/node-image.sh without a registry" \
+  docker exec "$ctr" sh -c 'pkill -x containerd
+    for i in $(seq 150); do pgrep -x containerd >/dev/null || break; sleep 0.2; done
+    ! pgrep -x containerd >/dev/null && rm -rf /tmp/* /run/containerd'
+  docker commit --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' --change 'CMD []' \
+    --change "LABEL org.opencontainers.image.description=\"kind node image for Kubernetes $KUBERNETES_VERSION made by csi-hostpath's tools/kind/node-image.sh without a registry\"" \
     "$ctr" "$name" >/dev/null
   say "saving $archive"
   mkdir -p "$(dirname "$archive")"
