@@ -39,6 +39,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/images/driver.sh"
 # shellcheck source=tools/cluster/images/go.sh
 . "$here/images/go.sh"
+# shellcheck source=tools/cluster/images/gobin.sh
+. "$here/images/gobin.sh"
 # shellcheck source=tools/cluster/images/busybox.sh
 . "$here/images/busybox.sh"
 # shellcheck source=tools/cluster/images/debian.sh
@@ -46,13 +48,17 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=tools/cluster/images/containerd.sh
 . "$here/images/containerd.sh"
 
+# Another table of the same format, for another set of images (a kind node's: tools/kind/).
+table=${CSI_HOSTPATH_IMAGES_TABLE:-$table}
+
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0" >&2; exit 2; }
 
 # key_of NAME:TAG RECIPE SOURCE: the hash of the image's inputs; fails when they are not there.
 key_of() {
   case "$2" in
     driver) driver_key ;;
-    go | gobin) go_key "$1" "$3" ;;
+    go) go_key "$1" "$3" ;;
+    gobin) gobin_key "$1" "$3" ;;
     busybox) busybox_key ;;
     debian) debian_key "$1" "$3" ;;
     *) die "$1: unknown recipe '$2' in $table" ;;
@@ -212,7 +218,7 @@ check_args() {
     # The lister has no --version; Go's flag package answers -h with its usage and status 0.
     go:snapshot-metadata-lister) printf '%s\n' -h ;;
     go:coredns) printf '%s\n' -version ;;
-    go:*) printf '%s\n' --version ;;
+    go:* | gobin:*) printf '%s\n' --version ;;
     busybox:*)
       # shellcheck disable=SC2016 # expanded by the image's sh, not here
       printf '%s\n' sh -c 'echo "$(busybox | head -n 1) as $(id -un), $(ls /bin | wc -l) links in /bin"' ;;

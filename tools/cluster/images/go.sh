@@ -47,12 +47,12 @@ go_origin() {
     }'
 }
 
-# static_root ROOT BINARY [DIR]: the distroless-like file tree around BINARY, put in DIR (/).
+# static_root ROOT BINARY: the distroless-like file tree around BINARY.
 static_root() {
-  local r=$1 bin=$2 dir=${3:-}
-  install -d -m 0755 "$r/etc/ssl/certs" "$r$dir"
+  local r=$1 bin=$2
+  install -d -m 0755 "$r/etc/ssl/certs"
   install -d -m 1777 "$r/tmp"
-  install -m 0755 "$bin" "$r$dir/$(basename "$bin")"
+  install -m 0755 "$bin" "$r/$(basename "$bin")"
   mozilla_bundle "$r/etc/ssl/certs/ca-certificates.crt"
   chmod 0644 "$r/etc/ssl/certs/ca-certificates.crt"
   printf 'root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' \
@@ -62,14 +62,9 @@ static_root() {
   install -d -m 0700 -o 65532 -g 65532 "$r/home/nonroot"
 }
 
-# gobin: the same image, the binary in /usr/local/bin and no entrypoint, for a program that its
-# manifests start by name (kubeadm's control-plane pods: `command: [kube-apiserver, ...]`).
-gobin_key() { go_key "$@"; }
-gobin_build() { in_dir=/usr/local/bin go_build "$@"; }
-
 go_build() {
   local ref=$1 key=$2 archive=$3 source=$4 bin name origin module package gover image m
-  local started=$SECONDS dir=${in_dir:-} entry
+  local started=$SECONDS
   need_debs buildah:buildah
   bin=$(binary_of "$source")
   name=$(basename "$bin")
@@ -86,11 +81,9 @@ go_build() {
   image=$(build_name "$ref")
   working_ctr scratch
   m=$(bah mount "$ctr")
-  static_root "$m" "$bin" "$dir"
+  static_root "$m" "$bin"
   bah umount "$ctr" >/dev/null
-  entry="[\"/$name\"]"
-  [ -z "$dir" ] || entry='[]'
-  bah config --os linux --arch amd64 --entrypoint "$entry" --cmd '' \
+  bah config --os linux --arch amd64 --entrypoint "[\"/$name\"]" --cmd '' \
     --env PATH=/usr/local/bin:/usr/bin:/bin \
     --label "org.opencontainers.image.title=$name" \
     --label "org.opencontainers.image.version=${module##*@}" \

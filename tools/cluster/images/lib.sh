@@ -9,8 +9,7 @@
 
 root=$(cd "$here/../.." && pwd)
 images_dir=${CSI_HOSTPATH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/csi-hostpath}/images
-# Another table (same format) for another set of images: a kind node's own (tools/kind/node-image.sh).
-table=${CSI_HOSTPATH_IMAGES_TABLE:-$here/images/images.txt}
+table="$here/images/images.txt"
 
 say() { echo "images: $*" >&2; }
 died=
