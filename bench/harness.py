@@ -12,6 +12,7 @@ import contextlib
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+import psutil
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
@@ -247,6 +249,17 @@ def force_cleanup(root: Path, node_id: str) -> None:
         for device in devices:
             subprocess.run(["losetup", "-d", device], capture_output=True, check=False)
         time.sleep(0.05)
+
+
+def rss_idle(pid: int, seconds: float = 1.0) -> int:
+    """Median RSS over a quiet second."""
+    process = psutil.Process(pid)
+    samples = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        samples.append(process.memory_info().rss)
+        time.sleep(0.05)
+    return int(statistics.median(samples))
 
 
 @contextlib.contextmanager

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from bench import concurrency
 from bench.stats import ratio
 
 MB = 1_000_000
@@ -346,6 +347,8 @@ def markdown(results: dict[str, Any]) -> str:
     _rss_rows(table, results)
     _scale_rows(table, results)
     _pool_rows(table, results)
+    for figure, measured, target, verdict in concurrency.rows(results.get("concurrency") or {}):
+        table.add("j", figure, measured, target, _verdict(verdict == "met") if verdict else "")
     plugin_log = results.get("plugin_log")
     if plugin_log:
         table.add(

@@ -10,7 +10,6 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -20,14 +19,34 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import psutil
-
-from bench import cbt, fastpaths, floor, ledger, lifecycle, pool_scale, report, scale, snapshot
-from bench.harness import GiB, Plugin, Stubs, force_cleanup, leaks, mounts_under
+from bench import (
+    cbt,
+    concurrency,
+    fastpaths,
+    floor,
+    ledger,
+    lifecycle,
+    pool_scale,
+    report,
+    scale,
+    snapshot,
+)
+from bench.harness import GiB, Plugin, Stubs, force_cleanup, leaks, mounts_under, rss_idle
 from bench.stats import summary
 
 KINDS = ("ext4", "xfs", "block")
-SECTIONS = ("fastpaths", "lifecycle", "many", "ledger", "snapshot", "group", "cbt", "scale", "pool")
+SECTIONS = (
+    "fastpaths",
+    "lifecycle",
+    "many",
+    "ledger",
+    "snapshot",
+    "group",
+    "cbt",
+    "scale",
+    "pool",
+    "concurrency",
+)
 TOOLS = ("truncate", "losetup", "mkfs.ext4", "mkfs.xfs", "mount", "umount", "blkid", "rm")
 
 
@@ -55,6 +74,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--pool-samples", type=int, default=50, help="rounds per level in (i)")
     parser.add_argument(
+        "--concurrency-rounds", type=int, default=3, help="rounds of 100 CreateVolume in (j)"
+    )
+    parser.add_argument(
         "--only",
         default=",".join(SECTIONS),
         help=f"comma-separated sections to run (default all: {','.join(SECTIONS)})",
@@ -70,17 +92,6 @@ def preflight() -> None:
         sys.exit(f"make bench needs these tools on PATH: {', '.join(missing)}")
     if not os.path.exists("/dev/loop-control"):
         sys.exit("make bench needs /dev/loop-control")
-
-
-def rss_idle(pid: int, seconds: float = 1.0) -> int:
-    """Median RSS over a quiet second."""
-    process = psutil.Process(pid)
-    samples = []
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        samples.append(process.memory_info().rss)
-        time.sleep(0.05)
-    return int(statistics.median(samples))
 
 
 def floor_and_lifecycle(
@@ -258,6 +269,11 @@ def run_suite(args: argparse.Namespace, work: Path, node_id: str) -> dict[str, A
             args.pool_samples,
         ),
     )
+    section(
+        "concurrency",
+        "(j) 100 CreateVolume at once and one after another; RSS over 10,000 calls ...",
+        lambda: concurrency.concurrency(work / "concurrency", node_id, args.concurrency_rounds),
+    )
     log = plugin.log_tail(10**9).splitlines()
     results["plugin_log"] = {
         "warnings": sum(1 for line in log if "level=WARNING" in line),
@@ -317,7 +333,12 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         end = leaks(work, node_id, [work])
         # state.db, the plugin log and the like are the run's own bookkeeping, not leaks.
-        plugins = (work / "plugin", work / "scale" / "plugin", work / "pool" / "plugin")
+        plugins = (
+            work / "plugin",
+            work / "scale" / "plugin",
+            work / "pool" / "plugin",
+            work / "concurrency" / "plugin",
+        )
         states = tuple(str(p) + "/" for p in plugins)
         files = [f for f in end.files if not f.startswith(states)]
         kept = [f"{s}state/pool/{d}/" for s in states for d in ("volumes", "snapshots", "leases")]

@@ -6,23 +6,22 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
-from concurrent import futures
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
+from csi_hostpath.api.aio_server import AioServer, Health
 from csi_hostpath.api.controller import ControllerServicer
 from csi_hostpath.api.copy_pool import CopyPool
 from csi_hostpath.api.group_controller import GroupControllerServicer
 from csi_hostpath.api.identity import IdentityServicer
-from csi_hostpath.api.liveness import LivenessPool, max_concurrent_rpcs, server_options
-from csi_hostpath.api.logging_interceptor import LoggingInterceptor
+from csi_hostpath.api.liveness import Lanes
 from csi_hostpath.api.node import NodeServicer
+from csi_hostpath.api.rpc_log import RpcLog
 from csi_hostpath.api.self_publish import SelfPublish
 from csi_hostpath.api.snapshot_metadata import SnapshotMetadataServicer
 from csi_hostpath.config import Config
@@ -78,15 +77,14 @@ def parse_listen_address(address: str) -> tuple[str, int]:
 @dataclass
 class Driver:
     config: Config
-    server: grpc.Server
+    server: AioServer
     store: Store
     layout: PoolLayout
     controller: ControllerService | None
     node: NodeService | None
     lock_handle: IO[bytes]
     metrics: Metrics
-    health: health.HealthServicer
-    liveness: LivenessPool
+    health: Health
     started: threading.Event
     metrics_server: Any = None
     copies: CopyPool | None = None
@@ -98,8 +96,7 @@ class Driver:
     def stop(self, grace: float = 5.0) -> None:
         self._stop.set()
         self.health.enter_graceful_shutdown()
-        self.server.stop(grace).wait()
-        self.liveness.shutdown()
+        self.server.stop(grace)  # the executors too: queued calls dropped, running ones awaited
         if self.copies is not None:
             self.copies.shutdown()
         if self.metrics_server is not None:
@@ -171,6 +168,7 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
     lock = lock_state_dir(config.state_dir)
     claim = None
     store: Store | None = None
+    server: AioServer | None = None
     try:
         layout = PoolLayout(config.pool_dir)
         layout.ensure()
@@ -203,31 +201,17 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
 
         metrics = build_metrics(config, store, layout, system)
         started = threading.Event()
-        liveness, server = _grpc_server(config, metrics)
+        server = AioServer(Lanes(config.workers), RpcLog(metrics.observe))
         copies = CopyPool(config.workers)  # snapshot and clone copies, apart from the RPC workers
-        node_system = node.system if node is not None else None
-        pb_grpc.add_IdentityServicer_to_server(
-            IdentityServicer(config, store, started, node_system), server
+        _add_servicers(
+            server, config, store, layout, controller, node, consistency, copies, headroom
         )
-        if controller is not None:
-            modify = ModifyService(store, MutableRecords(layout.root))
-            groups = GroupSnapshots(GroupRecords(layout.root), controller, consistency)
-            pb_grpc.add_ControllerServicer_to_server(
-                ControllerServicer(controller, controller.ledger, modify, groups, copies, headroom),
-                server,
-            )
-            pb_grpc.add_GroupControllerServicer_to_server(
-                GroupControllerServicer(groups, copies), server
-            )
-            pb_grpc.add_SnapshotMetadataServicer_to_server(
-                SnapshotMetadataServicer(SnapshotMetadataService(store, layout)), server
-            )
-        if node is not None:
-            own = None
-            if controller is not None and config.self_publish:
-                own = SelfPublish(controller.ledger, config.node_id)
-            pb_grpc.add_NodeServicer_to_server(NodeServicer(node, own, headroom), server)
-        health_servicer = _health(server)
+        server.add_servicer(
+            pb_grpc.add_IdentityServicer_to_server,
+            IdentityServicer(config, store, started, node.system if node is not None else None),
+        )
+        health_servicer = Health(server)
+        health_servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)  # until start()
         _bind(server, config.socket_path)
         driver = Driver(
             config,
@@ -239,13 +223,14 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
             lock,
             metrics,
             health_servicer,
-            liveness,
             started,
             headroom=headroom,
             copies=copies,
         )
         driver.pool_claim = claim
     except BaseException:
+        if server is not None:
+            server.stop(grace=0)
         if claim is not None:
             claim.release()
         if store is not None:
@@ -255,27 +240,41 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
     return driver
 
 
-def _grpc_server(config: Config, metrics: Metrics) -> tuple[LivenessPool, grpc.Server]:
-    liveness = LivenessPool()
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="rpc"),
-        # LivenessPool first: the outermost interceptor's handler is the one grpc runs.
-        interceptors=[liveness, LoggingInterceptor(metrics.observe)],
-        options=server_options(),
-        maximum_concurrent_rpcs=max_concurrent_rpcs(config.workers),
-    )
-    return liveness, server
+def _add_servicers(
+    server: AioServer,
+    config: Config,
+    store: Store,
+    layout: PoolLayout,
+    controller: ControllerService | None,
+    node: NodeService | None,
+    consistency: ReentrantConsistency,
+    copies: CopyPool,
+    headroom: Headroom,
+) -> None:
+    """The Controller, GroupController and SnapshotMetadata services where this process is a
+    controller, the Node service where it is a node."""
+    if controller is not None:
+        modify = ModifyService(store, MutableRecords(layout.root))
+        groups = GroupSnapshots(GroupRecords(layout.root), controller, consistency)
+        server.add_servicer(
+            pb_grpc.add_ControllerServicer_to_server,
+            ControllerServicer(controller, controller.ledger, modify, groups, copies, headroom),
+        )
+        server.add_servicer(
+            pb_grpc.add_GroupControllerServicer_to_server, GroupControllerServicer(groups, copies)
+        )
+        server.add_servicer(
+            pb_grpc.add_SnapshotMetadataServicer_to_server,
+            SnapshotMetadataServicer(SnapshotMetadataService(store, layout)),
+        )
+    if node is not None:
+        own = None
+        if controller is not None and config.self_publish:
+            own = SelfPublish(controller.ledger, config.node_id)
+        server.add_servicer(pb_grpc.add_NodeServicer_to_server, NodeServicer(node, own, headroom))
 
 
-def _health(server: grpc.Server) -> health.HealthServicer:
-    """The standard gRPC health service, beside Probe, for probes that speak it."""
-    servicer = health.HealthServicer()
-    servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)  # until start()
-    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
-    return servicer
-
-
-def _bind(server: grpc.Server, socket_path: Path) -> None:
+def _bind(server: AioServer, socket_path: Path) -> None:
     claim_endpoint(socket_path)  # only a stale socket is removed; anything else is refused
     old_umask = os.umask(0o177)  # the socket is born 0600: only root talks to a storage driver
     try:

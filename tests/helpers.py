@@ -130,6 +130,17 @@ def block_in_use(
     return vol.volume_id, staging, target
 
 
+def staged(
+    client: Any, staging: Path, name: str, node_id: str = "node-a", size: int = 16 * MiB
+) -> pb.Volume:
+    """An ext4 volume created, published to node_id and staged at staging (made here)."""
+    cap = mount_cap("ext4")
+    vol = create(client, name, cap, size)
+    staging.mkdir(parents=True)
+    stage(client, vol, staging, cap, publish(client, vol.volume_id, node_id, cap))
+    return vol
+
+
 def in_use(
     client: Any, workdir: Path, name: str, cap: pb.VolumeCapability, size: int = 32 << 20
 ) -> tuple[pb.Volume, Path, Path]:

@@ -1,4 +1,5 @@
-"""Stalled gRPC calls from a raw socket: HTTP/2 HEADERS for a unary method, and no DATA ever.
+"""Stalled gRPC calls from a raw socket: HTTP/2 HEADERS for a unary method, and no DATA ever; and
+whole calls written before the server's SETTINGS are read.
 
 grpcio dispatches a unary call when its headers arrive and then blocks a worker thread reading the
 request body, so each such call holds one server worker for as long as the connection lives.
@@ -18,7 +19,7 @@ from types import TracebackType
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY = 0x0, 0x1, 0x3, 0x4, 0x6, 0x7
-END_HEADERS, ACK = 0x4, 0x1
+END_STREAM, END_HEADERS, ACK = 0x1, 0x4, 0x1
 
 
 def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
@@ -116,3 +117,59 @@ class StalledCalls:
         self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def grpc_message(body: bytes) -> bytes:
+    """A gRPC length-prefixed message, uncompressed."""
+    return b"\x00" + struct.pack(">I", len(body)) + body
+
+
+def calls_before_settings(
+    socket_path: Path, method: str, body: bytes, count: int, timeout: float
+) -> dict[int, str]:
+    """`count` whole unary calls (HEADERS, then DATA that ends the stream), all written before
+    a byte of the server's is read, as a client does that sends before the SETTINGS arrive.
+    Each stream's fate: "answered" (a response message, then the end of the stream), "failed"
+    (the end of the stream with no message: a status other than OK), "reset:<code>" (RST_STREAM
+    with that HTTP/2 error code, 7 REFUSED_STREAM), or "unanswered" within timeout."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(str(socket_path))
+    fate = {2 * i + 1: "unanswered" for i in range(count)}
+    got_data: set[int] = set()
+    try:
+        block, message = headers_block(method), grpc_message(body)
+        out = [PREFACE, frame(SETTINGS, 0, 0)]
+        for stream in fate:
+            out += [
+                frame(HEADERS, END_HEADERS, stream, block),
+                frame(DATA, END_STREAM, stream, message),
+            ]
+        sock.sendall(b"".join(out))
+        sock.settimeout(timeout)
+        buf = b""
+        while any(v == "unanswered" for v in fate.values()):
+            chunk = sock.recv(1 << 16)
+            if not chunk:
+                break
+            buf += chunk
+            while len(buf) >= 9 and len(buf) >= 9 + int.from_bytes(buf[:3], "big"):
+                length = int.from_bytes(buf[:3], "big")
+                kind, flags = buf[3], buf[4]
+                stream = int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF
+                payload, buf = buf[9 : 9 + length], buf[9 + length :]
+                if kind == SETTINGS and not flags & ACK:
+                    sock.sendall(frame(SETTINGS, ACK, 0))
+                elif kind == PING and not flags & ACK:
+                    sock.sendall(frame(PING, ACK, 0, payload))
+                elif stream in fate and fate[stream] == "unanswered":
+                    if kind == DATA and payload:
+                        got_data.add(stream)
+                    if kind == RST_STREAM:
+                        fate[stream] = f"reset:{int.from_bytes(payload, 'big')}"
+                    elif kind in (DATA, HEADERS) and flags & END_STREAM:
+                        fate[stream] = "answered" if stream in got_data else "failed"
+    except (OSError, TimeoutError):
+        pass
+    finally:
+        sock.close()
+    return fate

@@ -198,7 +198,9 @@ def test_a_missing_socket_while_a_daemon_runs_fails(state: Path, scratch: Path) 
 def test_no_loop_control_fails_with_modprobe_and_privileged_in_the_fix(
     state: Path, scratch: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # No node, and a kernel without the loop driver: nothing to make the node from.
     monkeypatch.setattr(machine, "LOOP_CONTROL", str(scratch / "loop-control"))
+    monkeypatch.setattr(machine, "SYS_LOOP_CONTROL", str(scratch / "no-sys" / "dev"))
     findings = checks_by_name(diagnose(state, state))
 
     control = findings["loop-control"]
@@ -208,6 +210,22 @@ def test_no_loop_control_fails_with_modprobe_and_privileged_in_the_fix(
     assert "privileged" in control.fix
     assert "/dev" in control.fix
     assert findings["loop-devices"].status == "warn"
+
+
+def test_a_missing_loop_control_node_is_made_from_sysfs(
+    state: Path, scratch: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A static /dev (a kind node's) may lack loop-control although the kernel has it: the
+    driver makes the node, and so does the doctor, from the kernel's numbers."""
+    needs_loop_control()
+    made = scratch / "loop-control"
+    monkeypatch.setattr(machine, "LOOP_CONTROL", str(made))
+    findings = checks_by_name(diagnose(state, state))
+
+    assert findings["loop-control"].status == "ok", findings["loop-control"]
+    assert "made here" in findings["loop-control"].detail
+    assert made.is_char_device()
+    assert made.stat().st_rdev == os.stat("/dev/loop-control").st_rdev
 
 
 def test_kernel_filesystems_from_proc_and_modules(

@@ -1,57 +1,74 @@
-"""Liveness is served apart from the work: Identity and gRPC health Check run on their own small
-thread pool, so calls that stall the RPC workers (a request body that never arrives holds a worker
-while grpc waits for it; a slow copy; a thread waiting on sqlite's writer lock) never stall Probe.
+"""Where each call's sync work runs: the executors behind the asyncio server (api/aio_server.py).
 
-grpcio runs a handler on `behavior.experimental_thread_pool` when the behavior has one
-(grpc/_server.py, `_select_thread_pool_for_behavior`); the request is also read on that pool.
-This interceptor must be the outermost one, so the handler it returns is the one grpc runs.
+A call waiting for its body, or for a thread, is a coroutine on the event loop and holds no
+thread. Once its request has arrived, its servicer method runs on one of two bounded executors,
+whose queues are FIFO and unbounded in length, so a burst waits its turn and is never refused:
 
-Stalled calls of the liveness methods themselves must not take that pool either: one connection
-may hold at most STREAMS_PER_CONNECTION streams (grpc refuses the rest with RST_STREAM), fewer than
-the pool's workers, and a call whose body never arrives is cancelled (api/body_deadline.py).
+- `work`: `--workers` threads for every call that may block on the kernel, a child process or
+  sqlite (stage, publish, create, delete, expand, listing, health of volumes...);
+- `liveness`: a few threads of its own for Identity (Probe does a read of state.db and a synced
+  4 KiB write, store/probe.py) and for the capability calls, which answer from constants. Stuck
+  work can't hold them, and a stalled client can't either: a call reaches an executor only once
+  its body has arrived.
+
+The gRPC health service is asyncio itself and answers on the loop.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from concurrent import futures
-
-import grpc
-
-from csi_hostpath.api.body_deadline import BodyWatchdog, with_body_deadline
-from csi_hostpath.api.unary_interceptor import UnaryInterceptor
 
 LIVENESS_METHODS = frozenset(
     {
         "/csi.v1.Identity/GetPluginInfo",
         "/csi.v1.Identity/GetPluginCapabilities",
         "/csi.v1.Identity/Probe",
-        "/grpc.health.v1.Health/Check",
+        # Constant answers, which the sidecars ask for as they start: never behind a burst.
+        "/csi.v1.Controller/ControllerGetCapabilities",
+        "/csi.v1.Node/NodeGetCapabilities",
+        "/csi.v1.GroupController/GroupControllerGetCapabilities",
     }
 )
-STREAMS_PER_CONNECTION = 16
-# More than one connection may hold: its stalled Probes leave workers for the kubelet's.
-LIVENESS_WORKERS = STREAMS_PER_CONNECTION + 4
+# A Probe takes milliseconds (up to about a second on a state disk slow to sync); the kubelet's
+# livenessprobe sends one at a time and each sidecar one at its start, so a few threads serve
+# them all without a queue in practice, and a flood of Probes only waits behind Probes.
+LIVENESS_WORKERS = 4
 
 
-class LivenessPool(UnaryInterceptor):
-    def __init__(self, workers: int = LIVENESS_WORKERS) -> None:
-        self.pool = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="liveness")
-        self.watchdog = BodyWatchdog()
+class Lanes:
+    def __init__(self, workers: int, liveness_workers: int = LIVENESS_WORKERS) -> None:
+        self.work = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rpc")
+        self.liveness = futures.ThreadPoolExecutor(
+            max_workers=liveness_workers, thread_name_prefix="liveness"
+        )
 
-    def wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
-        pool = self.pool if method in LIVENESS_METHODS else None
-        return with_body_deadline(handler, method, self.watchdog, pool)
+    def executor_for(self, method: str) -> futures.Executor:
+        return self.liveness if method in LIVENESS_METHODS else self.work
 
-    def shutdown(self) -> None:
-        self.watchdog.stop()
-        self.pool.shutdown(wait=False, cancel_futures=True)
+    def shutdown(self, wait_seconds: float) -> None:
+        """Drop the calls still queued, and wait up to wait_seconds for the running ones to
+        finish: a sync method can't be interrupted, and one stuck in the kernel must not keep
+        the process from stopping."""
+        waiters = []
+        for pool in (self.work, self.liveness):
+            waiter = threading.Thread(
+                target=pool.shutdown,
+                kwargs={"wait": True, "cancel_futures": True},
+                name="executor-shutdown",
+                daemon=True,
+            )
+            waiter.start()
+            waiters.append(waiter)
+        deadline = time.monotonic() + wait_seconds
+        for waiter in waiters:
+            waiter.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
 def server_options() -> list[tuple[str, int]]:
-    return [("grpc.so_reuseport", 0), ("grpc.max_concurrent_streams", STREAMS_PER_CONNECTION)]
-
-
-def max_concurrent_rpcs(workers: int) -> int:
-    """Beyond this many calls in flight grpc answers RESOURCE_EXHAUSTED at once instead of queueing
-    without bound behind stalled workers."""
-    return max(64, 4 * workers)
+    """No grpc.max_concurrent_streams: grpc core refuses the streams past it (RST_STREAM) from a
+    client that sends before it has read the server's SETTINGS, so none is advertised, and a
+    connection's calls wait in the executors' queues instead (docs/design.md, "Many calls at
+    once")."""
+    return [("grpc.so_reuseport", 0)]

@@ -14,7 +14,13 @@ from csi_hostpath.api import required
 from csi_hostpath.api._log import log
 from csi_hostpath.core import errors
 from csi_hostpath.core.fullness import is_disk_full
-from csi_hostpath.system.base import CommandError, NoSpace, ResourceBusy, TimedOut
+from csi_hostpath.system.base import (
+    CommandError,
+    DeviceNodeError,
+    NoSpace,
+    ResourceBusy,
+    TimedOut,
+)
 
 STATUS_OF: dict[type[Exception], grpc.StatusCode] = {
     errors.InvalidRequest: grpc.StatusCode.INVALID_ARGUMENT,
@@ -52,6 +58,9 @@ STATUS_OF: dict[type[Exception], grpc.StatusCode] = {
     NoSpace: grpc.StatusCode.RESOURCE_EXHAUSTED,  # NoSpaceLeft (ENOSPC, EDQUOT) too
     # The system layer's typed failures (system/errors.py); the rest of them are INTERNAL.
     ResourceBusy: grpc.StatusCode.FAILED_PRECONDITION,
+    # No loop-control, a loop node /dev lacks and can't get, or one with another device's
+    # numbers: the machine must change first, and the message says how.
+    DeviceNodeError: grpc.StatusCode.FAILED_PRECONDITION,
     # A tool that timed out may have done its work: DEADLINE_EXCEEDED is not a final error to the
     # kubelet (kubernetes pkg/volume/csi/csi_client.go, isFinalError), which then treats the
     # mount as uncertain and still tears it down, where INTERNAL would let it forget the mount.

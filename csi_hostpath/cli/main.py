@@ -38,6 +38,10 @@ def setup_logging(level: str, fmt: str = "text") -> None:
         else logging.Formatter("%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
     )
     logging.basicConfig(level=getattr(logging, level), handlers=[handler], force=True)
+    # grpc's asyncio layer logs a line for every call at DEBUG ("Loaded running loop"), which
+    # would double the driver's own debug log; their warnings and errors still come through.
+    for chatty in ("grpc._cython.cygrpc", "asyncio"):
+        logging.getLogger(chatty).setLevel(max(logging.INFO, getattr(logging, level)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

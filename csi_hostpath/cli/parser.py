@@ -228,7 +228,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=60.0,
         help="seconds of heartbeat silence after which a node counts as gone",
     )
-    serve.add_argument("--workers", type=_positive_int, default=16, help="gRPC worker threads")
+    serve.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=16,
+        help="threads that run the calls' work; more calls at once wait in a queue, never refused",
+    )
     serve.add_argument(
         "--metrics-address",
         default="",

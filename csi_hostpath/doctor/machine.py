@@ -6,13 +6,13 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-import stat
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from csi_hostpath.doctor.finding import Finding, Status
-from csi_hostpath.system.linux import LOOP_CONTROL, LOOP_CTL_GET_FREE
+from csi_hostpath.system.base import DeviceNodeError
+from csi_hostpath.system.linux import LOOP_CONTROL, LOOP_CTL_GET_FREE, SYS_LOOP_CONTROL
+from csi_hostpath.system.linux.devnodes import loop_node, open_control
 
 # Where the checks look; module attributes so that tests can point them at prepared files.
 SYS_BLOCK = "/sys/block"
@@ -21,15 +21,15 @@ PROC_STATUS = "/proc/self/status"
 MODULES_DIR = "/lib/modules"
 
 CAP_SYS_RESOURCE = 24  # linux/capability.h
-# devtmpfs creates /dev/loopN when the kernel adds the disk, which can trail LOOP_CTL_GET_FREE;
-# the driver waits as long before it gives up on the node.
-_NODE_WAIT_SECONDS = 2.0
 
+# A container's /dev may be a static copy (a kind node's): the driver makes the loop nodes it
+# lacks, which the container's device rules must allow.
 _PRIVILEGED = (
-    "in a container, run it privileged (securityContext.privileged: true) with the host's /dev "
-    "mounted (hostPath /dev)"
+    "in a container, run it privileged (securityContext.privileged: true), so that it may use "
+    "loop devices and make their nodes in its /dev"
 )
-_PRIVILEGED_ROOT = "run it as root; " + _PRIVILEGED
+_PRIVILEGED_ROOT = "run it as root"
+_MADE = "this /dev lacked its node: made here, as the driver does"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,23 +69,23 @@ TOOLS: tuple[_Tool, ...] = (
 
 
 def check_loop_control() -> list[Finding]:
+    """loop-control opens read-write, made from sysfs first where /dev lacks it, as the
+    driver's attach does."""
     path = LOOP_CONTROL
     fix = f"load the loop driver on the host: `modprobe loop`; {_PRIVILEGED}"
+    if os.geteuid() != 0:  # as root, a refusal comes from the container's device rules
+        fix = f"{_PRIVILEGED_ROOT}; {fix}"
+    made = not os.path.exists(path)
     try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return [Finding("loop-control", "fail", f"{path} does not exist", fix)]
-    if not stat.S_ISCHR(st.st_mode):
-        return [Finding("loop-control", "fail", f"{path} is not a character device", fix)]
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        fd = open_control(path, SYS_LOOP_CONTROL)
+    except DeviceNodeError as exc:
+        return [Finding("loop-control", "fail", str(exc), fix)]
     except OSError as exc:
-        # As root, a refusal comes from the container's device rules, not from file modes.
-        fix = _PRIVILEGED_ROOT if os.geteuid() != 0 else f"{_PRIVILEGED}; or `modprobe loop`"
         detail = f"{path} can't be opened read-write: {exc.strerror}"
         return [Finding("loop-control", "fail", detail, fix)]
     os.close(fd)
-    return [Finding("loop-control", "ok", f"{path} opens read-write")]
+    how = f" ({_MADE})" if made else ""
+    return [Finding("loop-control", "ok", f"{path} opens read-write{how}")]
 
 
 def _loop_counts() -> tuple[int, int]:
@@ -107,9 +107,9 @@ def check_loop_devices(pool_dir: Path) -> list[Finding]:
     present, configured = _loop_counts()
     counts = f"{present} loop devices, {configured} attached"
     try:
-        control = os.open(LOOP_CONTROL, os.O_RDWR | os.O_CLOEXEC)
-    except OSError as exc:
-        detail = f"{counts}; can't ask the kernel for a free one: {LOOP_CONTROL}: {exc.strerror}"
+        control = open_control(LOOP_CONTROL, SYS_LOOP_CONTROL)
+    except (DeviceNodeError, OSError) as exc:
+        detail = f"{counts}; can't ask the kernel for a free one: {exc}"
         return [Finding("loop-devices", "warn", detail, "fix loop-control first (above)")]
     try:
         # Hands out an unattached device, adding one if there is none; nothing stays attached.
@@ -125,16 +125,15 @@ def check_loop_devices(pool_dir: Path) -> list[Finding]:
     finally:
         os.close(control)
     device = f"/dev/loop{index}"
-    deadline = time.monotonic() + _NODE_WAIT_SECONDS
-    while not os.path.exists(device):
-        if time.monotonic() > deadline:
-            # The kernel made the device but no node appeared: /dev is a static tmpfs (an
-            # unprivileged container), so every attach would fail the same way.
-            detail = f"{counts}; the kernel offers loop{index} but {device} never appeared"
-            fix = f"/dev is not the host's devtmpfs: {_PRIVILEGED}"
-            return [Finding("loop-devices", "fail", detail, fix)]
-        time.sleep(0.02)
-    return [Finding("loop-devices", "ok", f"{counts}; {device} is free")]
+    made = not os.path.exists(device)
+    try:
+        # The node as the driver's attach sees it: made where /dev lacks it, refused when it
+        # is another device's.
+        loop_node(index)
+    except DeviceNodeError as exc:
+        return [Finding("loop-devices", "fail", f"{counts}; {exc}", _PRIVILEGED)]
+    how = f" ({_MADE})" if made else ""
+    return [Finding("loop-devices", "ok", f"{counts}{how}; {device} is free")]
 
 
 # --- kernel ----------------------------------------------------------------------------------

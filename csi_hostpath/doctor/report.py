@@ -4,8 +4,10 @@ is missing.
 Each check is independent, so one broken prerequisite does not hide the others, and each non-ok
 finding carries a concrete fix. The checks change nothing that matters: the lock is tested with a
 non-blocking flock released at once, the reflink test writes two small temporary files and removes
-them, and asking the kernel for a free loop device may add an unused /dev/loopN node. The state
-and pool directories are never created: a missing one is reported, as `serve` would create it.
+them, and asking the kernel for a free loop device may add an unused loop device; where /dev
+lacks its node or loop-control's (a static /dev), the node is made, as the driver's attach makes
+it. The state and pool directories are never created: a missing one is reported, as `serve`
+would create it.
 """
 
 from __future__ import annotations

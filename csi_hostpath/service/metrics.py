@@ -28,10 +28,14 @@ class Metrics:
     registry: CollectorRegistry
     rpc_total: Counter
     rpc_seconds: Histogram
+    rpc_queued_seconds: Histogram
 
-    def observe(self, method: str, code: str, seconds: float) -> None:
+    def observe(self, method: str, code: str, seconds: float, queued: float) -> None:
+        """seconds: from the request's arrival to the answer; queued: the part of it spent
+        waiting for an executor thread."""
         self.rpc_total.labels(method=method, code=code).inc()
         self.rpc_seconds.labels(method=method).observe(seconds)
+        self.rpc_queued_seconds.labels(method=method).observe(queued)
 
 
 class StateCollector(Collector):
@@ -120,6 +124,16 @@ class StateCollector(Collector):
             yield g
 
 
+def _by_method(registry: CollectorRegistry, name: str, description: str) -> Histogram:
+    return Histogram(
+        f"{PREFIX}_{name}",
+        description,
+        ["method"],
+        registry=registry,
+        buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+    )
+
+
 def build_metrics(config: Config, store: Store, layout: PoolLayout, system: System) -> Metrics:
     registry = CollectorRegistry()
     rpc_total = Counter(
@@ -128,12 +142,9 @@ def build_metrics(config: Config, store: Store, layout: PoolLayout, system: Syst
         ["method", "code"],
         registry=registry,
     )
-    rpc_seconds = Histogram(
-        f"{PREFIX}_rpc_duration_seconds",
-        "CSI call latency by method",
-        ["method"],
-        registry=registry,
-        buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+    rpc_seconds = _by_method(registry, "rpc_duration_seconds", "CSI call latency by method")
+    rpc_queued_seconds = _by_method(
+        registry, "rpc_queued_seconds", "Time a CSI call waited for an executor thread, by method"
     )
     registry.register(StateCollector(config, store, layout, system))
-    return Metrics(registry, rpc_total, rpc_seconds)
+    return Metrics(registry, rpc_total, rpc_seconds, rpc_queued_seconds)

@@ -16,6 +16,7 @@ from typing import Protocol
 
 from csi_hostpath.system.errors import (
     CommandError,
+    DeviceNodeError,
     NoSpace,
     NoSpaceLeft,
     NotFound,
@@ -30,6 +31,7 @@ from csi_hostpath.system.iolimits import IoTuner
 # The failures live in errors.py; the contract's users import them from here too.
 __all__ = [
     "CommandError",
+    "DeviceNodeError",
     "NoSpace",
     "NoSpaceLeft",
     "NotFound",

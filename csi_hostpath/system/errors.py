@@ -25,6 +25,12 @@ class NoSpace(SystemError_):
     """The pool filesystem has no room for the requested allocation."""
 
 
+class DeviceNodeError(SystemError_):
+    """A device node the driver needs can't be had: the kernel has no such device (no loop
+    driver), the node can't be made in /dev, or the node there is another device's. The message
+    names the node and says what to do."""
+
+
 class CommandError(SystemError_):
     """A tool or a system call failed or timed out; carries everything needed to explain why.
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class MountInfo:
     root: str  # the mounted subtree: "/" for a filesystem, "/loopN" for a bound device node
-    source: str  # "/dev/loopN" for a filesystem on a loop device, "devtmpfs" for a device bind
+    source: str  # "/dev/loopN" for a filesystem on a loop device, /dev's for a device bind
 
 
 def _unescape(field: str) -> str:

@@ -59,18 +59,21 @@ CASES = (
             },
             "sidecars": {
                 "provisioner": {"image": {"repository": "mirror.example.org/csi-provisioner"}},
-                "nodeDriverRegistrar": {"implementation": "upstream", "image": {"tag": "v2.16.0"}},
+                # An upstream registrar of another release beside the driver's own probe.
+                "nodeDriverRegistrar": {"image": {"tag": "v2.16.0"}},
+                "livenessProbe": {"implementation": "csi-hostpath"},
             },
         },
         (SNAPSHOT_API,),
     ),
-    # The registrar and the liveness probe from kubernetes-csi's images, not the driver's.
+    # The registrar and the liveness probe from the driver's image, not kubernetes-csi's: what
+    # the project's own clusters select (tests/chart/test_project_clusters.py).
     Case(
-        "upstream-helpers",
+        "project-helpers",
         {
             "sidecars": {
-                "nodeDriverRegistrar": {"implementation": "upstream"},
-                "livenessProbe": {"implementation": "upstream"},
+                "nodeDriverRegistrar": {"implementation": "csi-hostpath"},
+                "livenessProbe": {"implementation": "csi-hostpath"},
             }
         },
     ),

@@ -19,20 +19,19 @@ from tests.chart.conftest import Case, rendered_case
 
 Obj = dict[str, Any]
 
-# The sidecar releases the chart pins by default. The registrar and the liveness probe
-# are the driver image's own subcommands by default (tests/chart/test_kubelet_helpers.py); these
-# are the upstream images they switch to with implementation: upstream.
+# The sidecar releases the chart pins by default, the registrar and the liveness probe among
+# them; implementation: csi-hostpath runs those two from the driver's image instead
+# (tests/chart/test_helper_defaults.py).
+UPSTREAM_HELPER_IMAGES = {
+    "liveness-probe": "registry.k8s.io/sig-storage/livenessprobe:v2.19.0",
+    "node-driver-registrar": "registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.17.0",
+}
 SIDECAR_IMAGES = {
     "csi-provisioner": "registry.k8s.io/sig-storage/csi-provisioner:v6.3.0",
     "csi-attacher": "registry.k8s.io/sig-storage/csi-attacher:v4.12.0",
     "csi-resizer": "registry.k8s.io/sig-storage/csi-resizer:v2.2.0",
     "csi-snapshotter": "registry.k8s.io/sig-storage/csi-snapshotter:v8.6.0",
-    "liveness-probe": "csi-hostpath:0.1.0",
-    "node-driver-registrar": "csi-hostpath:0.1.0",
-}
-UPSTREAM_HELPER_IMAGES = {
-    "liveness-probe": "registry.k8s.io/sig-storage/livenessprobe:v2.19.0",
-    "node-driver-registrar": "registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.17.0",
+    **UPSTREAM_HELPER_IMAGES,
 }
 
 

@@ -1,8 +1,8 @@
-"""The registrar and the liveness probe in the chart: by default the driver image's own
-`csi-hostpath registrar` and `csi-hostpath livenessprobe`, with implementation: upstream the
-kubernetes-csi images. The args the chart writes must parse with the driver's own command line,
-and every flag must also be one the pinned upstream release defines, so that switching the
-implementation changes nothing else."""
+"""The registrar and the liveness probe in the chart: by default kubernetes-csi's images, with
+implementation: csi-hostpath the driver image's own `csi-hostpath registrar` and
+`csi-hostpath livenessprobe`. Every flag the chart writes must be one the pinned upstream release
+defines and must parse with the driver's own command line, so that switching the implementation
+changes nothing else."""
 
 from __future__ import annotations
 
@@ -147,7 +147,7 @@ def test_liveness_probe_answers_within_the_drivers_probe(any_shape: Rendered) ->
 
 
 def test_upstream_images_are_the_pinned_releases() -> None:
-    r = rendered_case(next(c for c in CASES if c.name == "upstream-helpers"))
+    r = rendered_case(next(c for c in CASES if c.name == "defaults"))
     images = {
         c["name"]: c["image"]
         for spec in pods(r)

@@ -154,3 +154,26 @@ def test_priority_can_be_turned_off() -> None:
     )
     assert "priorityClassName" not in node_pod(r)
     assert "priorityClassName" not in controller_pod(r)
+
+
+API_WRITERS = ("csi-provisioner", "csi-attacher", "csi-resizer", "csi-snapshotter")
+
+
+def test_the_sidecars_api_limits_leave_room_for_a_burst_of_claims() -> None:
+    """csi-lib-utils v0.24.0 (standardflags/flags.go), which each of these sidecars registers,
+    limits its API client to --kube-api-qps 5 after a burst of --kube-api-burst 10. At that rate 20
+    claims at once waited up to 3 s a request in the provisioner and 3 s an attach in the attacher;
+    the chart raises both, for every one of them, the node-local provisioner too."""
+    r = rendered_case(Case("snapshot-api", {}, (SNAPSHOT_API,)))
+    local = rendered_case(Case("local-snapshots", {"pool": {"scope": "local"}}, (SNAPSHOT_API,)))
+    seen = []
+    for spec in (controller_pod(r), node_pod(local)):
+        for c in spec["containers"]:
+            if c["name"] in API_WRITERS:
+                seen.append(c["name"])
+                assert flag(c, "kube-api-qps") == "50", c["name"]
+                assert flag(c, "kube-api-burst") == "100", c["name"]
+    assert sorted(set(seen)) == sorted(API_WRITERS)
+    tuned = rendered_case(Case("api-limits", {"sidecars": {"kubeAPIQPS": 20, "kubeAPIBurst": 40}}))
+    attacher = container(controller_pod(tuned), "csi-attacher")
+    assert (flag(attacher, "kube-api-qps"), flag(attacher, "kube-api-burst")) == ("20", "40")

@@ -17,13 +17,13 @@ FENCE_INTERVAL = "1"
 
 
 @pytest.fixture
-def namespaces() -> Iterator[Callable[[str], NodeNamespace]]:
+def namespaces() -> Iterator[Callable[..., NodeNamespace]]:
     """Node mount namespaces, all released when the test ends (which drops their mounts once
     the node plugins inside have stopped too)."""
     made: list[NodeNamespace] = []
 
-    def new(name: str) -> NodeNamespace:
-        ns = NodeNamespace(name)
+    def new(name: str, *, static_dev: bool = False) -> NodeNamespace:
+        ns = NodeNamespace(name, static_dev=static_dev)
         ns.start()
         made.append(ns)
         return ns
@@ -68,7 +68,7 @@ def _node(
 def make_cluster(
     spawn: Any,
     workdir: Path,
-    namespaces: Callable[[str], NodeNamespace],
+    namespaces: Callable[..., NodeNamespace],
     plugins: list[Plugin],
     run_id: str,
 ) -> Callable[..., Cluster]:
@@ -121,16 +121,18 @@ def make_cluster(
 def make_local_node(
     spawn: Any,
     workdir: Path,
-    namespaces: Callable[[str], NodeNamespace],
+    namespaces: Callable[..., NodeNamespace],
     plugins: list[Plugin],
     run_id: str,
 ) -> Callable[..., Node]:
     """A `--mode all` driver in local pool scope: its own pool, controller and node in one;
-    extra flags go to its `serve`."""
+    extra flags go to its `serve`. With static_dev, the node's /dev is a kind node's (a tmpfs
+    with copies of a few device nodes, tests/static_dev.py)."""
 
-    def make(name: str, *extra: str) -> Node:
+    def make(name: str, *extra: str, static_dev: bool = False) -> Node:
         flags = ["--mode", "all", "--pool-scope", "local", "--heartbeat-interval", HEARTBEAT]
         node_id = unique_node_id(name, run_id)
-        return _node(spawn, workdir, namespaces(name), plugins, node_id, name, *flags, *extra)
+        ns = namespaces(name, static_dev=static_dev)
+        return _node(spawn, workdir, ns, plugins, node_id, name, *flags, *extra)
 
     return make

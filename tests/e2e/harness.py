@@ -34,7 +34,8 @@ import grpc
 from csi_hostpath import csi_requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
 from tests.conftest import Client, DriverProcess
-from tests.processes import ledger_cli, mount_points
+from tests.processes import UNSHARE, ledger_cli, mount_points
+from tests.static_dev import static_dev
 
 DRIVER_NAME = "loop.hostpath.csi.dev"
 TOPOLOGY_KEY = f"topology.{DRIVER_NAME}/node"
@@ -56,10 +57,12 @@ class Backoff:
 
 class NodeNamespace:
     """A private mount namespace held open by a sleeping process, standing in for a node's host
-    mount namespace: plugins come and go, the namespace and its mounts stay."""
+    mount namespace: plugins come and go, the namespace and its mounts stay. With static_dev,
+    its /dev is a kind node's: a tmpfs with copies of a few device nodes (tests/static_dev.py)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, static_dev: bool = False) -> None:
         self.name = name
+        self.static_dev = static_dev
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -73,10 +76,7 @@ class NodeNamespace:
                 "--pdeathsig",
                 "KILL",
                 "--",
-                "unshare",
-                "--mount",
-                "--propagation",
-                "private",
+                *(static_dev() if self.static_dev else UNSHARE),
                 "sleep",
                 "infinity",
             ],

@@ -17,6 +17,8 @@ import yaml
 
 from tests.chart import chart_tool
 from tests.chart.chart_tool import ROOT, SNAPSHOT_API
+from tests.chart.test_project_clusters import helm_values
+from tests.cluster.e2e.chart import SHAPE_VALUES, chart_values
 
 SCRIPT = ROOT / "tools" / "cluster" / "images.sh"
 TABLE = ROOT / "tools" / "cluster" / "images" / "images.txt"
@@ -49,10 +51,12 @@ def names() -> list[str]:
 
 
 def chart_images() -> set[str]:
-    """Every image the chart's default values run, in both pool shapes, every optional API on."""
+    """Every image the chart runs with the values the project's clusters install it with
+    (the driver's own registrar and probe), in both pool shapes, every optional API on."""
     apis = (SNAPSHOT_API, "groupsnapshot.storage.k8s.io/v1beta2", "storage.k8s.io/v1")
     found = set()
-    for values in ({}, {"pool": {"scope": "local"}}):
+    for shape in SHAPE_VALUES:
+        values = helm_values(chart_values(shape, []))
         rendered = chart_tool.render(values, api_versions=apis)
         for obj in rendered.objects:
             found.update(re.findall(r"'image': '([^']+)'", str(obj)))

@@ -1,9 +1,10 @@
 """Liveness is separate from the work, and Probe answers ready=false while the driver starts.
 
-On a real server: 32 unary calls whose request body never arrives (each holds an RPC worker in
-grpcio) and a sqlite writer lock held by another process on state.db must leave Probe and the
-gRPC health Check answering within a second or two. Probe answers ready=false, never an error,
-while the driver starts and when the state filesystem refuses a real write."""
+On a real server: unary calls whose request body never arrives hold no thread and are cancelled
+once the body is 5 s late; with every work thread stuck on a sqlite writer lock held by another
+process, and 64 stalled Probes on another connection, Probe and the gRPC health Check still
+answer within the livenessprobe's second. Probe answers ready=false, never an error, while the
+driver starts and when the state filesystem refuses a real write."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from csi_hostpath import csi_requests as rq
 from csi_hostpath._pb import csi_pb2 as pb
+from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from tests import helpers as h
 from tests.conftest import Client, in_process
 from tests.stall import StalledCalls
@@ -37,40 +40,99 @@ def health_status(client: Client) -> int:
     return int(stub.Check(health_pb2.HealthCheckRequest(), timeout=QUICK).status)
 
 
-def test_32_stalled_calls_leave_probe_answering(spawn: Any) -> None:
+def test_32_stalled_calls_hold_no_thread(spawn: Any) -> None:
+    """32 calls whose bodies never arrive, on a 16-thread server: the same method still answers
+    on another connection (each stalled call used to hold a worker until the body came)."""
     _, client = spawn("d", "--workers", "16")
     assert client is not None
-    caps = pb.ControllerGetCapabilitiesRequest()
-    with StalledCalls(client.socket, "/csi.v1.Controller/ControllerGetCapabilities", 32):
-        time.sleep(0.5)  # let the server dispatch them
-        # The reproduction holds: the RPC workers are all waiting for bodies.
+    info = pb.NodeGetInfoRequest()
+    with StalledCalls(client.socket, "/csi.v1.Node/NodeGetInfo", 32) as stalled:
+        time.sleep(0.5)  # let the server take them in
+        assert client.node.NodeGetInfo(info, timeout=QUICK).node_id == "node-a"
+        assert probe(client) is True
+        assert health_status(client) == health_pb2.HealthCheckResponse.SERVING
+        assert client.identity.GetPluginInfo(pb.GetPluginInfoRequest(), timeout=QUICK).name
+        assert stalled.reset == set(), "a stalled call is cancelled by its deadline, not refused"
+
+
+# The livenessprobe sidecar's --probe-timeout (default 1 s) is the deadline it gives Probe; a
+# Probe that misses it is a failed liveness check, and failureThreshold of them in a row restart
+# the driver. So this is the bound a Probe must meet for the driver to stay alive, not a speed
+# goal: the test gives Probe that deadline and nothing tighter, on a connection made beforehand
+# as the sidecar's is, and the calls around it are what would make it miss (stuck work, stalls).
+LIVENESSPROBE_TIMEOUT = 1.0
+
+
+def _holding_the_writer_lock(db: Path) -> subprocess.Popen[str]:
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sqlite3, sys, time\n"
+            f"c = sqlite3.connect({str(db)!r}, isolation_level=None)\n"
+            "c.execute('BEGIN IMMEDIATE')\n"
+            "print('locked', flush=True)\n"
+            "time.sleep(120)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+    return holder
+
+
+def test_64_stalled_probes_and_stuck_work_leave_probe_answering_within_a_second(
+    spawn: Any, workdir: Path
+) -> None:
+    """Every work thread waits for sqlite's writer lock (held by another process), and 64 Probe
+    calls whose bodies never arrive sit on one connection: a Probe on another connection, as
+    the livenessprobe sidecar sends it, answers ready within its 1 s deadline, and so do
+    GetPluginInfo and health Check. None of the 64 is refused; each is cancelled once its body
+    is 5 s late."""
+    workers = 4
+    _, client = spawn("d", "--workers", str(workers))
+    assert client is not None
+    prober = grpc.insecure_channel(
+        f"unix://{client.socket}", options=[("grpc.use_local_subchannel_pool", 1)]
+    )
+    grpc.channel_ready_future(prober).result(timeout=QUICK)
+    identity = pb_grpc.IdentityStub(prober)
+    holder = _holding_the_writer_lock(workdir / "d-state" / "state.db")
+    stuck = []
+    try:
+        stuck = [
+            client.controller.CreateVolume.future(
+                rq.create_volume(f"stuck-{i}", h.block_cap(), 1 << 20), timeout=60
+            )
+            for i in range(workers + 2)
+        ]
+        time.sleep(1.0)
+        # The work executor is taken: a call behind the stuck ones waits in its queue.
         with pytest.raises(grpc.RpcError) as e:
-            client.controller.ControllerGetCapabilities(caps, timeout=1.0)
+            client.node.NodeGetInfo(pb.NodeGetInfoRequest(), timeout=1.0)
         assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-        started = time.monotonic()
-        assert probe(client) is True
-        assert health_status(client) == health_pb2.HealthCheckResponse.SERVING
-        info = client.identity.GetPluginInfo(pb.GetPluginInfoRequest(), timeout=QUICK)
-        assert info.name
-        assert time.monotonic() - started < QUICK
-    # The stalled connection is gone: its workers are free again.
-    client.controller.ControllerGetCapabilities(caps, timeout=10)
-
-
-def test_32_stalled_probe_calls_leave_probe_answering(spawn: Any) -> None:
-    """Stalled calls of Probe itself: one connection may hold fewer streams than the liveness
-    pool has workers, so the kubelet's Probe on its own connection still finds one free."""
-    _, client = spawn("d", "--workers", "16")
-    assert client is not None
-    with StalledCalls(client.socket, PROBE, 32) as stalled:
-        assert stalled.wait_reset(1, 30), "the streams past the cap are refused"
-        assert probe(client) is True
-        assert health_status(client) == health_pb2.HealthCheckResponse.SERVING
+        with StalledCalls(client.socket, PROBE, 64) as stalled:
+            time.sleep(0.5)  # let the server take them in
+            ready = identity.Probe(pb.ProbeRequest(), timeout=LIVENESSPROBE_TIMEOUT).ready
+            assert ready.value is True
+            info = identity.GetPluginInfo(pb.GetPluginInfoRequest(), timeout=LIVENESSPROBE_TIMEOUT)
+            assert info.name
+            health = health_pb2_grpc.HealthStub(prober)
+            checked = health.Check(health_pb2.HealthCheckRequest(), timeout=LIVENESSPROBE_TIMEOUT)
+            assert checked.status == health_pb2.HealthCheckResponse.SERVING
+            assert stalled.reset == set(), f"{len(stalled.reset)} stalled Probes were refused"
+            assert stalled.wait_reset(64, 60), f"{len(stalled.reset)} of 64 cancelled"
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+        prober.close()
+    for future in stuck:  # once the lock is free, the stuck calls finish
+        assert future.result().volume.volume_id
 
 
 def test_stalled_probe_calls_on_many_connections_are_cancelled(spawn: Any) -> None:
-    """Connections enough to take every liveness worker: each call whose body never arrives is
-    cancelled (reset) after a while, and Probe answers again."""
+    """Stalled Probes on three connections, more than the liveness threads: none takes a thread,
+    each is cancelled (reset) once its body is 5 s late, and Probe answers meanwhile."""
     _, client = spawn("d")
     assert client is not None
     from csi_hostpath.api.liveness import LIVENESS_WORKERS
@@ -82,14 +144,15 @@ def test_stalled_probe_calls_on_many_connections_are_cancelled(spawn: Any) -> No
             stack.enter_context(StalledCalls(client.socket, PROBE, calls))
             for _ in range(connections)
         ]
+        assert probe(client) is True
         for stalled in stalls:
             assert stalled.wait_reset(calls, 60), stalled.reset
         assert probe(client) is True
 
 
 def test_requests_that_do_not_parse_leave_their_connection_serving(spawn: Any) -> None:
-    """More than the streams one connection may hold, each refused INVALID_ARGUMENT; a call
-    whose parse failed in grpc itself held its stream until a garbage collection."""
+    """40 bodies that are not the method's message, each answered INVALID_ARGUMENT with the
+    reason, and the connection serves on."""
     _, client = spawn("d")
     assert client is not None
     call = client.channel.unary_unary(
@@ -109,23 +172,9 @@ def test_probe_does_not_wait_on_a_writer_lock_held_by_another_process(
 ) -> None:
     _, client = spawn("d")
     assert client is not None
-    db = workdir / "d-state" / "state.db"
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sqlite3, sys, time\n"
-            f"c = sqlite3.connect({str(db)!r}, isolation_level=None)\n"
-            "c.execute('BEGIN IMMEDIATE')\n"
-            "print('locked', flush=True)\n"
-            "time.sleep(120)\n",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = _holding_the_writer_lock(workdir / "d-state" / "state.db")
     writer_done = threading.Event()
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
 
         def write() -> None:
             # An RPC that needs the writer lock: it waits in sqlite's busy handler.

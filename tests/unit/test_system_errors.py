@@ -73,7 +73,12 @@ def test_runner_types_what_it_knows() -> None:
         (e.TimedOut(["mkfs.xfs"], None, "", ""), "DEADLINE_EXCEEDED"),
         (command_error(["x"], 1, "", "", errno=errno.EPERM), "INTERNAL"),
         (CommandError(["x"], 1, "", "busy"), "INTERNAL"),
+        # No loop-control, or a loop node that is another device's: the machine must change.
+        (
+            e.DeviceNodeError("/dev/loop-control does not exist: `modprobe loop`"),
+            "FAILED_PRECONDITION",
+        ),
     ],
 )
-def test_one_table_maps_them(error: CommandError, code: str) -> None:
+def test_one_table_maps_them(error: e.SystemError_, code: str) -> None:
     assert status_of(error) == getattr(grpc.StatusCode, code)

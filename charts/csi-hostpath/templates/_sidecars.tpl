@@ -17,6 +17,8 @@ external-attacher deploy/kubernetes/deployment.yaml of v4.12.0).
     - --v={{ $root.Values.sidecars.logVerbosity }}
     - --timeout={{ $root.Values.sidecars.timeout }}
     - --http-endpoint=:{{ $v.httpPort }}
+    - --kube-api-qps={{ $root.Values.sidecars.kubeAPIQPS }}
+    - --kube-api-burst={{ $root.Values.sidecars.kubeAPIBurst }}
     {{- if .election }}
     - --leader-election
     {{- end }}
@@ -52,9 +54,10 @@ external-attacher deploy/kubernetes/deployment.yaml of v4.12.0).
 
 {{/*
 The image of a kubelet-facing helper (the registrar, the liveness probe), called with (dict "root"
-$ "values" $.Values.sidecars.X). implementation csi-hostpath runs the driver's own image, whose
-entrypoint is `csi-hostpath`: the args then start with the subcommand (csi-hostpath.helperCommand).
-implementation upstream runs the kubernetes-csi image, whose flags are the same.
+$ "values" $.Values.sidecars.X). implementation upstream (the default) runs the kubernetes-csi
+image, whose entrypoint takes the flags. implementation csi-hostpath runs the driver's own image,
+whose entrypoint is `csi-hostpath`: the same flags then follow the subcommand
+(csi-hostpath.helperCommand).
 */}}
 {{- define "csi-hostpath.helperImage" -}}
 {{- $image := .root.Values.driver.image -}}
@@ -75,8 +78,9 @@ imagePullPolicy: {{ $image.pullPolicy }}
 {{/*
 The liveness-probe container of a pod whose driver serves its socket in socket-dir: call with
 (dict "root" $ "port" PORT). It turns the driver's Probe into GET /healthz on PORT, which the
-driver container's own livenessProbe asks; --health-port is deprecated upstream
-(cmd/livenessprobe/main.go of v2.19.0), so --http-endpoint it is.
+driver container's own livenessProbe asks. Flags of livenessprobe v2.19.0 only
+(cmd/livenessprobe/main.go), which `csi-hostpath livenessprobe` takes too; --health-port is
+deprecated there, so --http-endpoint it is.
 */}}
 {{- define "csi-hostpath.livenessSidecar" -}}
 {{- $root := .root -}}

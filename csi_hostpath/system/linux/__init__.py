@@ -11,7 +11,9 @@ import os
 from pathlib import Path
 
 from csi_hostpath.system.base import System
+from csi_hostpath.system.errors import DeviceNodeError
 from csi_hostpath.system.iolimits import LinuxIoTuner
+from csi_hostpath.system.linux.devnodes import LOOP_CONTROL, SYS_LOOP_CONTROL, control_node
 from csi_hostpath.system.linux.fs import (
     FIFREEZE,
     FITHAW,
@@ -27,7 +29,6 @@ from csi_hostpath.system.linux.loop_ioctl import (
     LO_FLAGS_READ_ONLY,
     LOOP_CLR_FD,
     LOOP_CONFIGURE,
-    LOOP_CONTROL,
     LOOP_CTL_GET_FREE,
     LOOP_GET_STATUS64,
     LOOP_SET_CAPACITY,
@@ -65,6 +66,7 @@ __all__ = [
     "LO_FLAGS_DIRECT_IO",
     "LO_FLAGS_READ_ONLY",
     "MOUNTINFO",
+    "SYS_LOOP_CONTROL",
     "LinuxDevices",
     "LinuxFs",
     "LinuxLoop",
@@ -91,8 +93,14 @@ NODE_TOOLS = ("blkid", "mkfs.ext4", "mount", "umount")
 def machine_problems() -> list[str]:
     """What keeps this machine from attaching, formatting and mounting (empty when nothing)."""
     found = []
-    if not os.access("/dev/loop-control", os.R_OK | os.W_OK):
-        found.append("/dev/loop-control is missing or not usable (is /dev mounted, privileged?)")
+    try:
+        # Made here if /dev lacks it (a static /dev), as the first attach would make it.
+        control_node()
+    except DeviceNodeError as exc:
+        found.append(str(exc))
+    else:
+        if not os.access(LOOP_CONTROL, os.R_OK | os.W_OK):
+            found.append(f"{LOOP_CONTROL} is not usable: is the node plugin privileged?")
     missing = missing_tools(NODE_TOOLS)
     if missing:
         found.append(f"tools missing from PATH: {', '.join(missing)}")

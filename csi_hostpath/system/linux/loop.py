@@ -16,6 +16,7 @@ from pathlib import Path
 
 from csi_hostpath.system.base import Holder, LoopCensus, LoopDevice
 from csi_hostpath.system.holders import holders_of_device
+from csi_hostpath.system.linux import devnodes
 from csi_hostpath.system.linux import loop_ioctl as kernel
 from csi_hostpath.system.linux._log import log
 from csi_hostpath.system.linux.uevents import watch_loop_devices
@@ -74,7 +75,8 @@ class TagIndex:
 
 class LinuxLoop:
     """Loop devices by tag. find() costs one LOOP_GET_STATUS64 and three sysfs reads whatever
-    the number of devices on the host (its tag index); list() scans them all."""
+    the number of devices on the host (its tag index), and a stat of each node it opens
+    (devnodes.py: made where /dev lacks it); list() scans them all."""
 
     def __init__(self) -> None:
         self._index = TagIndex()
@@ -84,7 +86,7 @@ class LinuxLoop:
         self._tag_locks = tuple(threading.Lock() for _ in range(64))
         # Held across LOOP_CTL_GET_FREE .. LOOP_CONFIGURE, so this driver's threads don't all
         # draw the same free device and collide in EBUSY; other processes still can, and the
-        # retry handles it. Never across the wait for a device node devtmpfs has yet to make.
+        # retry handles it. Nothing in between waits: a missing node is made, not waited for.
         self._free_lock = threading.Lock()
 
     def _tag_lock(self, tag: str) -> threading.Lock:
@@ -100,19 +102,14 @@ class LinuxLoop:
             mode = os.O_RDONLY if read_only else os.O_RDWR
             backing_fd = os.open(backing_file, mode | os.O_CLOEXEC)
             try:
-                control = os.open(kernel.LOOP_CONTROL, os.O_RDWR | os.O_CLOEXEC)
+                control = devnodes.open_control()
                 try:
                     for _ in range(kernel.ATTACH_ATTEMPTS):
                         with self._free_lock:
                             index = fcntl.ioctl(control, kernel.LOOP_CTL_GET_FREE)
                             device = f"/dev/loop{index}"
-                            ready = kernel.node_exists(device)
-                            configured = ready and kernel.configure(device, backing_fd, flags, name)
-                        if not ready:
-                            # A new device: its node may trail GET_FREE. Waited for without
-                            # the lock; another thread drawing it meanwhile makes one of the
-                            # two configures fail with EBUSY, and that one asks again.
-                            kernel.wait_for_node(device)
+                            # A device the kernel added just now has no node in a static /dev
+                            # (a kind node's): configure's open makes it, never waits for it.
                             configured = kernel.configure(device, backing_fd, flags, name)
                         if not configured:
                             log.debug("%s was taken by someone else; asking for another", device)
@@ -145,7 +142,7 @@ class LinuxLoop:
                 return device
             if time.monotonic() >= deadline:
                 raise OSError(errno.EBUSY, f"{device.path} ({tag}) is still being released")
-            time.sleep(kernel.NODE_POLL_SECONDS)
+            time.sleep(kernel.POLL_SECONDS)
 
     def _lookup(self, tag: str) -> tuple[LoopDevice, int] | None:
         index = self._index.get(tag)
@@ -233,16 +230,14 @@ class LinuxLoop:
         log.info("detached %s (%s)", device.path, device.tag)
 
     def refresh_capacity(self, device: str) -> None:
-        kernel.loop_index(device)
-        fd = os.open(device, os.O_RDONLY | os.O_CLOEXEC)
+        fd = kernel.open_device(device, os.O_RDONLY)
         try:
             fcntl.ioctl(fd, kernel.LOOP_SET_CAPACITY, 0)
         finally:
             os.close(fd)
 
     def set_read_only(self, device: str, read_only: bool) -> None:
-        kernel.loop_index(device)
-        fd = os.open(device, os.O_RDONLY | os.O_CLOEXEC)
+        fd = kernel.open_device(device, os.O_RDONLY)
         try:
             fcntl.ioctl(fd, kernel.BLKROSET, struct.pack("i", int(read_only)))
         finally:
@@ -260,7 +255,12 @@ class LinuxLoop:
 
 class LinuxDevices:
     def size(self, device: str) -> int:
-        fd = os.open(device, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            kernel.loop_index(device)
+        except ValueError:
+            fd = os.open(device, os.O_RDONLY | os.O_CLOEXEC)
+        else:  # a loop device's node may be missing from a static /dev: made first
+            fd = kernel.open_device(device, os.O_RDONLY)
         try:
             raw = fcntl.ioctl(fd, kernel.BLKGETSIZE64, bytes(8))
         finally:

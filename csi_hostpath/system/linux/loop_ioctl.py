@@ -8,12 +8,11 @@ import errno
 import fcntl
 import os
 import re
-import stat
 import struct
-import time
 from typing import NamedTuple
 
 from csi_hostpath.system.base import LoopDevice
+from csi_hostpath.system.linux import devnodes
 from csi_hostpath.system.linux._log import log
 
 # --- ioctl numbers (linux/loop.h, linux/fs.h) ----------------------------------------------------
@@ -42,8 +41,7 @@ _LO_NAME_SIZE = 64
 _LO_FILE_NAME_INDEX = 9  # position of lo_file_name in the unpacked loop_info64
 _LO_FLAGS_INDEX = 8  # and of lo_flags
 
-LOOP_CONTROL = "/dev/loop-control"
-SYS_BLOCK = "/sys/block"
+SYS_BLOCK = devnodes.SYS_BLOCK
 SYS_MODULE_LOOP = "/sys/module/loop"
 MINORBITS = 20  # include/linux/kdev_t.h: the bits of a device number's minor part
 _LOOP_NAME = re.compile(r"loop(\d+)")
@@ -52,9 +50,7 @@ _LOOP_PATH = re.compile(r"/dev/loop(\d+)")
 # Another process can configure the device LOOP_CTL_GET_FREE just handed us; each retry asks for a
 # new free device. Bounded so that a kernel that keeps answering EBUSY turns into an error.
 ATTACH_ATTEMPTS = 16
-# devtmpfs creates /dev/loopN when the kernel adds the disk, which can trail LOOP_CTL_GET_FREE.
-_NODE_WAIT_SECONDS = 2.0
-NODE_POLL_SECONDS = 0.005
+POLL_SECONDS = 0.005
 # A device detached while something still holds it open (a mount, a copy of one in a mount
 # namespace another process made, or just another thread's LOOP_GET_STATUS64) stays bound, tag
 # and all, with autoclear set until that last close. Attach takes such a device back (clears
@@ -103,8 +99,11 @@ def _loop_config(backing_fd: int, flags: int, name: bytes) -> bytes:
 
 
 def open_loop(device: str, mode: int) -> int | None:
-    """Open a loop device; None when it is gone or on its way out. A device another thread is
-    detaching is in rundown, and the kernel refuses opens with ENXIO until it is free again."""
+    """Open a loop device, its node made first where /dev has none (devnodes.py); None when it
+    is gone or on its way out. A device another thread is detaching is in rundown, and the
+    kernel refuses opens with ENXIO until it is free again."""
+    if not devnodes.loop_node(loop_index(device)):
+        return None
     try:
         return os.open(device, mode | os.O_CLOEXEC)
     except OSError as exc:
@@ -255,23 +254,12 @@ def describe(index: int, tag: str) -> LoopDevice | None:
     )
 
 
-def node_exists(path: str) -> bool:
-    """Is path a block device node yet? devtmpfs makes /dev/loopN when the kernel adds the disk,
-    which can trail LOOP_CTL_GET_FREE for a new device."""
-    try:
-        return stat.S_ISBLK(os.stat(path).st_mode)
-    except FileNotFoundError:
-        return False
-
-
-def wait_for_node(path: str) -> None:
-    deadline = time.monotonic() + _NODE_WAIT_SECONDS
-    while not node_exists(path):
-        if time.monotonic() >= deadline:
-            raise FileNotFoundError(
-                errno.ENOENT, f"device node did not appear within {_NODE_WAIT_SECONDS}s", path
-            )
-        time.sleep(NODE_POLL_SECONDS)
+def open_device(device: str, mode: int) -> int:
+    """open_loop of a device that must be there: FileNotFoundError when it is not."""
+    fd = open_loop(device, mode)
+    if fd is None:
+        raise FileNotFoundError(errno.ENOENT, "no such loop device", device)
+    return fd
 
 
 def configure(device: str, backing_fd: int, flags: int, name: bytes) -> bool:

@@ -25,8 +25,20 @@ SHAPE_VALUES = {
         "--set", f"node.stateHostPath={LOCAL_STATE}",
     ],
 }  # fmt: skip
+# The registrar and the liveness probe from the driver's own image: the chart's defaults are
+# kubernetes-csi's images, which this project's clusters can neither pull nor build (the Go module
+# proxy refuses both modules). The runner's own --set values come later, so they can override.
+OWN_HELPERS = [
+    "--set", "sidecars.nodeDriverRegistrar.implementation=csi-hostpath",
+    "--set", "sidecars.livenessProbe.implementation=csi-hostpath",
+]  # fmt: skip
 # Group snapshots are off by default in external-snapshotter v8.6.0's snapshot-controller.
 GROUP_GATE = "--feature-gates=CSIVolumeGroupSnapshot=true"
+
+
+def chart_values(shape: str, extra: list[str]) -> list[str]:
+    """The value flags of `helm install` for a pool shape, the runner's own last."""
+    return [*OWN_HELPERS, *SHAPE_VALUES[shape], *extra]
 
 
 def pinned(name: str) -> str:
@@ -125,8 +137,7 @@ class Installer:
             "--wait",
             "--timeout",
             "5m",
-            *SHAPE_VALUES[shape],
-            *self.extra,
+            *chart_values(shape, self.extra),
         )
         self.shape = shape
 
