@@ -69,7 +69,7 @@ group() {
   case "$1" in
     all) programs | awk -v k=" $kind_only " '$2 != "containerd" && $1 != "e2e.test" && $1 != "agnhost" && $1 != "ginkgo" && index(k, " " $1 " ") == 0 {print $1}' ;;
     e2e) echo e2e.test agnhost ginkgo ;;
-    kind) echo kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl kube-proxy etcd helm $kind_only ;;
+    kind) echo kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl kube-proxy etcd helm "$kind_only" ;;
     containerd) echo containerd containerd-shim-runc-v2 ctr ;;
     everything) programs | awk '{print $1}' ;;
     *) return 1 ;;
