@@ -12,8 +12,9 @@
 #    (each node's /dev a copy made at its start), experiments a, b, d, k and p (--plain LETTERS:
 #    others; --no-plain: skip this shape); kind-down.
 # 3. Nothing left: no kind container or network, no loop device the nodes' driver attached, no
-#    mount of the run's shared directory, the host's iptables and nftables rules, ip_forward and network devices as they
-#    were, the project's dockerd stopped when this run started it.
+#    mount of the run's shared directory, no iptables or nftables rule, ip_forward value or
+#    network device the host had not at the start (what others on the machine removed meanwhile
+#    is theirs), the project's dockerd stopped when this run started it.
 # --dry-run prints the steps and runs nothing; --keep leaves the last cluster up (kind-down
 # removes it). The shared pool is a directory of the run's own, removed at the end.
 # Settings: as tools/kind/up.sh (make passes mk/deploy.mk's), and E2E_SET='KEY=VALUE ...' for
