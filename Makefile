@@ -62,7 +62,7 @@ lint: install  ## ruff check, ruff format --check (every Python file), mypy --st
 	$(VENV)/bin/ruff check csi_hostpath tests
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/shellcheck -x tools/*.sh tools/cluster/*.sh .ci/run
+	$(VENV)/bin/shellcheck -x tools/*.sh tools/cluster/*.sh tools/kind/*.sh tools/kind/runc-caps .ci/run
 
 typecheck: lint  ## alias of lint
 

@@ -20,8 +20,10 @@ HELM_ARGS ?=
 # The cluster name prefixes the node names (csi-hostpath-worker, ...) that examples/ use.
 KIND_CLUSTER ?= csi-hostpath
 KIND_CONFIG ?= examples/kind-config.yaml
-# The Kubernetes release the chart is tested against (kind v0.33 ships it).
-KIND_NODE_IMAGE ?= kindest/node:v1.35.1
+# Empty: kind-up makes a node image here, without a registry (tools/kind/node-image.sh, for the
+# Kubernetes of tools/cluster/versions.env). Where a registry can be reached, kind's own works
+# too: KIND_NODE_IMAGE=kindest/node:v1.35.1.
+KIND_NODE_IMAGE ?=
 # Must match the hostPath entries of $(KIND_CONFIG): kind does not expand variables there. Under
 # /var/lib, never /tmp (a tmpfs, or cleaned at boot): the pool and the ledger must outlive both.
 KIND_SHARED_DIR ?= /var/lib/csi-hostpath-kind
@@ -31,6 +33,8 @@ SUDO ?= $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # (kubernetes-sigs/kind#3795), so the image travels as an archive: docker save, then
 # kind load image-archive, which works on every engine version.
 IMAGE_ARCHIVE ?= $(CURDIR)/.run/$(IMAGE)-$(IMAGE_TAG).tar
+KIND_ENV = KIND_CLUSTER=$(KIND_CLUSTER) KIND_CONFIG=$(KIND_CONFIG) KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) \
+	KIND_SHARED_DIR=$(KIND_SHARED_DIR)
 
 # $(call need,TOOL): stop with a clear message when TOOL is not on PATH.
 need = @command -v $(1) >/dev/null 2>&1 || { echo "$(1) not found: this target needs it on PATH (see docs/kind.md)" >&2; exit 1; }
@@ -50,18 +54,11 @@ chart-test: install  ## render the chart under many value sets and check it (off
 chart-render: install  ## print the chart's manifests with default values (like helm template)
 	$(PY) -m tests.chart.chart_tool render
 
-kind-up:  ## create the kind cluster of examples/kind-config.yaml (needs docker and kind)
-	$(call need,$(DOCKER))
-	$(call need,$(KIND))
-	$(SUDO) mkdir -p $(KIND_SHARED_DIR)/pool $(KIND_SHARED_DIR)/controller
-	$(KIND) create cluster --name $(KIND_CLUSTER) --config $(KIND_CONFIG) \
-		--image $(KIND_NODE_IMAGE) --wait 180s
+kind-up: install  ## kind cluster of examples/kind-config.yaml with the project's images loaded (root: starts a dockerd of its own where the machine has none; prints KUBECONFIG=)
+	@$(SUDO) $(KIND_ENV) PY=$(PY) bash tools/kind/up.sh
 
-kind-down:  ## delete the kind cluster (the shared pool directory is kept)
-	$(call need,$(KIND))
-	$(KIND) delete cluster --name $(KIND_CLUSTER)
-	@echo "The pool and the ledger stay in $(KIND_SHARED_DIR) (root-owned files: sudo rm -rf it)."
-	@echo "Loop devices still attached to it: losetup -a | grep $(KIND_SHARED_DIR)"
+kind-down: install  ## delete the kind cluster, detach its loop devices, stop the dockerd kind-up started (the shared pool stays)
+	@$(SUDO) $(KIND_ENV) PY=$(PY) bash tools/kind/down.sh
 
 kind-deploy: image  ## load the image into kind (as an archive) and helm upgrade --install the chart
 	$(call need,$(KIND))
@@ -74,12 +71,9 @@ kind-deploy: image  ## load the image into kind (as an archive) and helm upgrade
 		--set-string driver.image.tag=$(IMAGE_TAG) $(HELM_ARGS)
 
 # Arguments for tools/kind-e2e.sh: --dry-run prints every step and runs nothing; --keep leaves the
-# cluster up; --no-snapshots, --no-node-loss skip parts.
+# last cluster up; --only LETTERS, --plain LETTERS (the no-/dev shape's, abdkp), --no-plain.
 E2E_ARGS ?=
 
-kind-e2e:  ## kind up, image, chart, docs/kind.md's experiments checked by kubectl (E2E_ARGS=--dry-run)
-	DOCKER=$(DOCKER) KIND=$(KIND) KUBECTL=$(KUBECTL) HELM=$(HELM) KIND_CLUSTER=$(KIND_CLUSTER) \
-		KIND_CONFIG=$(KIND_CONFIG) KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) \
-		KIND_SHARED_DIR=$(KIND_SHARED_DIR) IMAGE=$(IMAGE) IMAGE_TAG=$(IMAGE_TAG) \
-		IMAGE_ARCHIVE=$(IMAGE_ARCHIVE) CHART_DIR=$(CHART_DIR) RELEASE=$(RELEASE) \
-		NAMESPACE=$(NAMESPACE) bash tools/kind-e2e.sh $(E2E_ARGS)
+kind-e2e: install  ## experiments a-o on kind, a b d k p on kind without the host's /dev, nothing left behind (root; E2E_ARGS=--dry-run)
+	$(SUDO) KIND_CLUSTER=$(KIND_CLUSTER) KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) PY=$(PY) \
+		bash tools/kind-e2e.sh $(E2E_ARGS)

@@ -1,215 +1,149 @@
 #!/usr/bin/env bash
-# make kind-e2e: bring up kind, build and load the image, deploy the chart, run the experiments of
-# docs/kind.md and check each outcome with kubectl. Needs docker, kind, kubectl and helm, a
-# cgroup v2 host and free loop devices; it can't run where there is no container engine.
+# make kind-e2e: the experiments of docs/kind.md (a-o, tests/cluster/e2e) on kind, on two node
+# shapes, then a check that nothing is left on the host.
 #
-#   tools/kind-e2e.sh [--dry-run] [--keep] [--no-snapshots] [--no-node-loss]
+#   tools/kind-e2e.sh [--dry-run] [--keep] [--only LETTERS] [--plain LETTERS] [--no-plain]
 #
-# --dry-run prints every step (commands and the checks on their output) and runs nothing.
-# --keep leaves the cluster up at the end (for a look around); by default it is deleted, on
-# failure too, unless --keep is given.
-# --no-snapshots skips the snapshot CRDs and snapshot-controller; --no-node-loss skips
-# experiment 5, which stops a kind node for good.
-# The settings come from the environment, with mk/deploy.mk's defaults (make passes them).
+# 1. kind-up (tools/kind/up.sh) with examples/kind-config.yaml (one control plane, two workers,
+#    the host's /dev in every node), the images loaded with `kind load image-archive`;
+#    `python -m tests.cluster.e2e --kind` runs the experiments (--only LETTERS: some of them),
+#    installing the chart with helm as a user does; kind-down.
+# 2. The same with examples/kind-config-no-dev.yaml, the shape a plain `kind create cluster` gives
+#    (each node's /dev a copy made at its start), experiments a, b, d, k and p (--plain LETTERS:
+#    others; --no-plain: skip this shape); kind-down.
+# 3. Nothing left: no kind container or network, no loop device the nodes' driver attached, no
+#    mount of the run's shared directory, no iptables or nftables rule, ip_forward value or
+#    network device the host had not at the start (what others on the machine removed meanwhile
+#    is theirs), the project's dockerd stopped when this run started it.
+# --dry-run prints the steps and runs nothing; --keep leaves the last cluster up (kind-down
+# removes it). The shared pool is a directory of the run's own, removed at the end.
+# Settings: as tools/kind/up.sh (make passes mk/deploy.mk's), and E2E_SET='KEY=VALUE ...' for
+# more chart values.
 set -euo pipefail
 
-DOCKER=${DOCKER:-docker}
-KIND=${KIND:-kind}
-KUBECTL=${KUBECTL:-kubectl}
-HELM=${HELM:-helm}
-KIND_CLUSTER=${KIND_CLUSTER:-csi-hostpath}
-KIND_CONFIG=${KIND_CONFIG:-examples/kind-config.yaml}
-KIND_NODE_IMAGE=${KIND_NODE_IMAGE:-kindest/node:v1.35.1}
-KIND_SHARED_DIR=${KIND_SHARED_DIR:-/var/lib/csi-hostpath-kind}
-IMAGE=${IMAGE:-csi-hostpath}
-IMAGE_TAG=${IMAGE_TAG:-0.1.0}
-IMAGE_ARCHIVE=${IMAGE_ARCHIVE:-.run/$IMAGE-$IMAGE_TAG.tar}
-CHART_DIR=${CHART_DIR:-charts/csi-hostpath}
-RELEASE=${RELEASE:-csi-hostpath}
-NAMESPACE=${NAMESPACE:-csi-hostpath}
-# The external-snapshotter release whose sidecar the chart pins (docs/kind.md, "Snapshots").
-SNAPSHOTTER_REF=${SNAPSHOTTER_REF:-v8.6.0}
-SNAP_REPO=https://github.com/kubernetes-csi/external-snapshotter
-DEMO=csi-demo
-WAIT=180s
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+cd "$repo"
 
-DRY_RUN=0 KEEP=0 SNAPSHOTS=1 NODE_LOSS=1
-for arg in "$@"; do
-  case $arg in
+DRY_RUN=0 KEEP=0 ONLY='' PLAIN=abdkp
+while [ $# -gt 0 ]; do
+  case $1 in
     --dry-run) DRY_RUN=1 ;;
     --keep) KEEP=1 ;;
-    --no-snapshots) SNAPSHOTS=0 ;;
-    --no-node-loss) NODE_LOSS=0 ;;
-    -h | --help) sed -n '2,13p' "$0"; exit 0 ;;
-    *) echo "kind-e2e: unknown argument $arg (see --help)" >&2; exit 2 ;;
+    --only) ONLY=${2:?--only needs letters}; shift ;;
+    --plain) PLAIN=${2:?--plain needs letters}; shift ;;
+    --no-plain) PLAIN='' ;;
+    -h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "kind-e2e: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
+  shift
 done
-# Root-owned host directories and losetup need root; sudo only when not already root.
-SUDO=()
-[ "$(id -u)" = 0 ] || SUDO=(sudo)
 
-step() { printf '\n=== %s\n' "$*"; }
+export KIND_CLUSTER=${KIND_CLUSTER:-csi-hostpath}
+# A shared directory of the run's own: its pool and ledger go with it at the end.
+export KIND_SHARED_DIR=${KIND_E2E_SHARED_DIR:-/var/lib/csi-hostpath-kind-e2e}
+PY=${PY:-.venv/bin/python}
+E2E_SET=${E2E_SET:-}
 
-# run CMD...: print it, then run it (unless --dry-run).
+step() { printf '\n=== %s %s\n' "$(date +%H:%M:%S)" "$*"; }
 run() {
   printf '+ %s\n' "$*"
   [ "$DRY_RUN" = 1 ] || "$@"
 }
 
-# pipeline 'A | B': a step that needs a shell pipe, printed as it is written.
-pipeline() {
-  printf '+ %s\n' "$1"
-  [ "$DRY_RUN" = 1 ] || bash -o pipefail -c "$1"
+# host_state: what must be as it was at the end (the host's network and the run's traces).
+host_state() {
+  { iptables-legacy-save 2>/dev/null || true; iptables-nft-save 2>/dev/null || true
+    ip6tables-legacy-save 2>/dev/null || true; nft list ruleset 2>/dev/null || true
+  } | grep -v '^#' | sed 's/\[[0-9]*:[0-9]*\]//g'
+  echo "ip_forward $(cat /proc/sys/net/ipv4/ip_forward)"
+  echo "ipv6 forwarding $(cat /proc/sys/net/ipv6/conf/all/forwarding)"
+  ip -o link | awk -F': ' '{print "link", $2}' | sed 's/@.*//'
+  [ -e /lib/modules ] && echo "/lib/modules exists"
+  return 0
 }
 
-# expect WHAT WANTED CMD...: run CMD and check that its output (trimmed) matches the extended
-# regex WANTED. A miss stops the run, naming the experiment, the output and the expectation.
-expect() {
-  local what=$1 wanted=$2 got
-  shift 2
-  printf '? %s: %s  =~  /%s/\n' "$what" "$*" "$wanted"
-  [ "$DRY_RUN" = 1 ] && return 0
-  got=$("$@" 2>&1 | tr -s '[:space:]' ' ' | sed 's/^ //; s/ $//') || true
-  if [[ $got =~ $wanted ]]; then
-    printf '  ok: %s\n' "$got"
+experiments() {
+  local letters=$1 kubeconfig sets=() kv
+  kubeconfig=$repo/.run/kind/$KIND_CLUSTER/kubeconfig
+  for kv in $E2E_SET; do sets+=(--set "$kv"); done
+  # The experiments reach the nodes with docker exec: the Docker kind-up used.
+  if [ "$DRY_RUN" = 0 ]; then
+    kv=$(bash tools/kind/docker.sh env)
+    export "${kv?}"
+  fi
+  run "$PY" -m tests.cluster.e2e --kind --kubeconfig "$kubeconfig" \
+    --kubectl "$(bash tools/cluster/build.sh path kubectl)" \
+    --helm "$(bash tools/cluster/build.sh path helm)" \
+    --pool-dir "$KIND_SHARED_DIR/pool" ${letters:+--only "$letters"} "${sets[@]}"
+}
+
+failed=()
+# shape NAME CONFIG LETTERS: one cluster of that configuration, its experiments, kind-down.
+shape() {
+  local name=$1 config=$2 letters=$3 rc=0
+  step "$name: kind-up ($config)"
+  if ! run env KIND_CONFIG="$config" bash tools/kind/up.sh; then
+    failed+=("$name: kind-up")
   else
-    printf 'FAILED: %s\n  wanted /%s/\n  got    %s\n' "$what" "$wanted" "$got" >&2
+    step "$name: experiments ${letters:-a-o}"
+    experiments "$letters" || rc=$?
+    [ "$rc" = 0 ] || failed+=("$name: experiments (exit $rc)")
+  fi
+  if [ "$KEEP" = 1 ] && [ "$name" = "$last" ]; then
+    echo "kind-e2e: $KIND_CLUSTER stays up (--keep); make kind-down KIND_SHARED_DIR=$KIND_SHARED_DIR removes it"
+    return 0
+  fi
+  step "$name: kind-down"
+  run env KIND_CONFIG="$config" bash tools/kind/down.sh || failed+=("$name: kind-down")
+}
+
+began=$SECONDS
+if [ "$DRY_RUN" = 0 ]; then
+  [ "$(id -u)" -eq 0 ] || { echo "kind-e2e: needs root (dockerd, loop devices)" >&2; exit 1; }
+  if [ -n "$(ls -A "$KIND_SHARED_DIR" 2>/dev/null)" ]; then
+    echo "kind-e2e: $KIND_SHARED_DIR is not empty (an earlier run's?): make kind-down KIND_SHARED_DIR=$KIND_SHARED_DIR, then remove it" >&2
     exit 1
   fi
-}
+  mkdir -p "$repo/.run"
+  host_state >"$repo/.run/kind-e2e-host-before.txt"
+fi
+last=project
+[ -z "$PLAIN" ] || last=plain
+step "programs and images (tools/cluster/build.sh kind; images.sh build)"
+run bash tools/cluster/build.sh kind
+run bash tools/cluster/images.sh build
+shape project examples/kind-config.yaml "$ONLY"
+[ -z "$PLAIN" ] || shape plain examples/kind-config-no-dev.yaml "$PLAIN"
 
-ledger() {
-  "$KUBECTL" -n "$NAMESPACE" exec "$RELEASE-controller-0" -c csi-hostpath -- \
-    csi-hostpath ledger "$@" \
-    --state-dir /var/lib/csi-hostpath/controller --pool-dir /var/lib/csi-hostpath/pool
-}
-
-cleanup() {
-  local rc=$?
-  if [ "$KEEP" = 1 ]; then
-    echo "kind-e2e: the cluster $KIND_CLUSTER stays up (--keep); make kind-down removes it"
-  elif [ "$DRY_RUN" = 0 ]; then
-    "$KIND" delete cluster --name "$KIND_CLUSTER" || true
+step "nothing left behind"
+if [ "$DRY_RUN" = 0 ] && [ "$KEEP" = 0 ]; then
+  out=$(bash tools/kind/docker.sh env 2>/dev/null || true)
+  if [ -n "$out" ]; then
+    export "${out?}"
+    left=$(docker ps -a --filter "label=io.x-k8s.kind.cluster=$KIND_CLUSTER" -q)
+    [ -z "$left" ] || failed+=("kind containers left: $left")
   fi
-  if [ "$DRY_RUN" = 1 ]; then
-    echo "kind-e2e: dry run; nothing was run"
-  elif [ "$rc" = 0 ]; then
-    echo "kind-e2e: every check passed"
-  else
-    echo "kind-e2e: FAILED (exit $rc)" >&2
+  left=$("$PY" tools/kind/loops.py "$KIND_CLUSTER-control-plane" "$KIND_CLUSTER-worker" "$KIND_CLUSTER-worker2")
+  [ -z "$left" ] || failed+=("loop devices left: $left")
+  left=$(awk -v d="$KIND_SHARED_DIR/" 'index($5 "/", d) == 1 {print $5}' /proc/self/mountinfo)
+  [ -z "$left" ] || failed+=("mounts left: $left")
+  rm -rf --one-file-system "$KIND_SHARED_DIR"
+  # What is there now and was not before: the machine is shared, so what others removed
+  # meanwhile (their clusters' rules and devices) is theirs, and only additions count.
+  comm -13 <(sort "$repo/.run/kind-e2e-host-before.txt") <(host_state | sort) \
+    >"$repo/.run/kind-e2e-host-added.txt"
+  if [ -s "$repo/.run/kind-e2e-host-added.txt" ]; then
+    failed+=("the host has what it had not before: $(head -c 600 "$repo/.run/kind-e2e-host-added.txt")")
   fi
-}
-
-step "0. preflight: tools, cgroup v2, loop devices"
-echo "# ledger ARGS below runs: $KUBECTL -n $NAMESPACE exec $RELEASE-controller-0 -c csi-hostpath --" \
-  "csi-hostpath ledger ARGS --state-dir /var/lib/csi-hostpath/controller --pool-dir /var/lib/csi-hostpath/pool"
-for tool in "$DOCKER" "$KIND" "$KUBECTL" "$HELM"; do
-  if [ "$DRY_RUN" = 0 ] && ! command -v "$tool" >/dev/null 2>&1; then
-    echo "kind-e2e: $tool not found on PATH (docs/kind.md, 'What you need')" >&2
-    exit 1
-  fi
-done
-# A 1.35 kubelet refuses a cgroup v1 host: the nodes would never get Ready.
-expect "the host runs cgroup v2" '^cgroup2fs$' stat -fc %T /sys/fs/cgroup
-expect "a free loop device" '^/dev/loop[0-9]+$' "${SUDO[@]}" losetup -f
-trap cleanup EXIT
-
-step "1. the cluster (make kind-up)"
-run "${SUDO[@]}" mkdir -p "$KIND_SHARED_DIR/pool" "$KIND_SHARED_DIR/controller"
-run "$KIND" create cluster --name "$KIND_CLUSTER" --config "$KIND_CONFIG" \
-  --image "$KIND_NODE_IMAGE" --wait "$WAIT"
-
-step "2. the image, loaded as an archive (kind#3795)"
-run "$DOCKER" build --build-arg "VERSION=$IMAGE_TAG" -t "$IMAGE:$IMAGE_TAG" .
-run mkdir -p "$(dirname "$IMAGE_ARCHIVE")"
-run "$DOCKER" save -o "$IMAGE_ARCHIVE" "$IMAGE:$IMAGE_TAG"
-run "$KIND" load image-archive "$IMAGE_ARCHIVE" --name "$KIND_CLUSTER"
-
-if [ "$SNAPSHOTS" = 1 ]; then
-  step "3. snapshot CRDs and snapshot-controller ($SNAPSHOTTER_REF)"
-  pipeline "$KUBECTL kustomize '$SNAP_REPO/client/config/crd?ref=$SNAPSHOTTER_REF' | $KUBECTL create -f -"
-  pipeline "$KUBECTL -n kube-system kustomize '$SNAP_REPO/deploy/kubernetes/snapshot-controller?ref=$SNAPSHOTTER_REF' | $KUBECTL create -f -"
-  run "$KUBECTL" -n kube-system rollout status deploy/snapshot-controller --timeout="$WAIT"
-  expect "the snapshot API is served" 'snapshot.storage.k8s.io/v1' "$KUBECTL" api-versions
+  echo "host state: unchanged unless said below; dockerd: $(bash tools/kind/docker.sh status 2>&1 || true)"
 fi
 
-step "4. the chart (make kind-deploy)"
-# The registrar and the liveness probe from the driver's image: kubernetes-csi's can't be made here.
-run "$HELM" upgrade --install "$RELEASE" "$CHART_DIR" --namespace "$NAMESPACE" \
-  --create-namespace --set driver.image.repository="$IMAGE" \
-  --set-string driver.image.tag="$IMAGE_TAG" --wait --timeout 5m \
-  --set sidecars.nodeDriverRegistrar.implementation=csi-hostpath --set sidecars.livenessProbe.implementation=csi-hostpath
-run "$KUBECTL" -n "$NAMESPACE" rollout status statefulset/"$RELEASE-controller" --timeout="$WAIT"
-run "$KUBECTL" -n "$NAMESPACE" rollout status daemonset/"$RELEASE-node" --timeout="$WAIT"
-expect "both workers registered the driver" \
-  "$KIND_CLUSTER-worker: loop.hostpath.csi.dev.*$KIND_CLUSTER-worker2: loop.hostpath.csi.dev" \
-  "$KUBECTL" get csinode -o jsonpath='{range .items[*]}{.metadata.name}: {.spec.drivers[*].name}{"\n"}{end}'
-if [ "$SNAPSHOTS" = 1 ]; then
-  expect "the VolumeSnapshotClass exists" '^csi-hostpath-snapclass$' \
-    "$KUBECTL" get volumesnapshotclass csi-hostpath-snapclass -o jsonpath='{.metadata.name}'
+echo
+if [ "$DRY_RUN" = 1 ]; then echo "kind-e2e: dry run; nothing was run"; exit 0; fi
+if [ "${#failed[@]}" -gt 0 ]; then
+  printf 'kind-e2e: FAILED after %s s:\n' "$((SECONDS - began))" >&2
+  printf '  %s\n' "${failed[@]}" >&2
+  exit 1
 fi
-run "$KUBECTL" apply -f examples/namespace.yaml
-
-step "experiment 1: two pods, one RWO volume, one node"
-run "$KUBECTL" apply -f examples/rwo-same-node.yaml
-run "$KUBECTL" -n "$DEMO" wait --for=condition=Ready pod/rwo-writer pod/rwo-reader --timeout="$WAIT"
-expect "writer and reader share a node" '^(\S+) \1$' \
-  "$KUBECTL" -n "$DEMO" get pod rwo-writer rwo-reader -o jsonpath='{.items[*].spec.nodeName}'
-expect "the reader reads the writer's file" 'persistent' "$KUBECTL" -n "$DEMO" logs rwo-reader --tail=1
-expect "the ledger has one holder" 'SINGLE_NODE_MULTI_WRITER' ledger list
-run "$KUBECTL" -n "$DEMO" delete pod rwo-writer --wait=true
-expect "the reader still reads it" 'persistent' "$KUBECTL" -n "$DEMO" logs rwo-reader --tail=1
-
-step "experiment 2: ReadWriteOncePod refuses the second pod"
-run "$KUBECTL" apply -f examples/rwop.yaml
-run "$KUBECTL" -n "$DEMO" wait --for=condition=Ready pod/exclusive-one --timeout="$WAIT"
-run "$KUBECTL" apply -f examples/rwop-second-pod.yaml
-run sleep 20
-expect "the second pod is not scheduled" '^Pending False$' \
-  "$KUBECTL" -n "$DEMO" get pod exclusive-two -o jsonpath='{.status.phase} {.status.conditions[?(@.type=="PodScheduled")].status}'
-run "$KUBECTL" -n "$DEMO" delete pod exclusive-one --wait=true
-run "$KUBECTL" -n "$DEMO" wait --for=condition=Ready pod/exclusive-two --timeout="$WAIT"
-expect "then it starts and reads the volume" 'only-me' "$KUBECTL" -n "$DEMO" logs exclusive-two
-
-step "experiment 3: WaitForFirstConsumer waits for a pod"
-run "$KUBECTL" apply -f examples/wffc.yaml
-run sleep 5
-expect "the claim waits" '^Pending$' "$KUBECTL" -n "$DEMO" get pvc late -o jsonpath='{.status.phase}'
-run "$KUBECTL" apply -f examples/wffc-pod.yaml
-run "$KUBECTL" -n "$DEMO" wait --for=condition=Ready pod/late-consumer --timeout="$WAIT"
-expect "the claim is bound" '^Bound$' "$KUBECTL" -n "$DEMO" get pvc late -o jsonpath='{.status.phase}'
-expect "for the node the pod runs on" '^(\S+) \1$' \
-  "$KUBECTL" -n "$DEMO" get pvc/late pod/late-consumer \
-  -o jsonpath='{.items[0].metadata.annotations.volume\.kubernetes\.io/selected-node} {.items[1].spec.nodeName}'
-
-step "experiment 4: the pod moves to another node, the volume follows"
-run "$KUBECTL" apply -f examples/move-first-node.yaml
-run "$KUBECTL" -n "$DEMO" wait --for=condition=Ready pod/mover-1 --timeout="$WAIT"
-expect "held by the first worker" "$KIND_CLUSTER-worker( |$)" ledger list
-run "$KUBECTL" -n "$DEMO" delete pod mover-1 --wait=true
-pipeline "for i in \$(seq 60); do $KUBECTL get volumeattachment -o name | grep -q . || exit 0; sleep 2; done; exit 1"
-run "$KUBECTL" apply -f examples/move-second-node.yaml
-run "$KUBECTL" -n "$DEMO" wait --for=condition=Ready pod/mover-2 --timeout="$WAIT"
-expect "the data moved with it" 'written-on-worker' "$KUBECTL" -n "$DEMO" logs mover-2
-expect "now held by the second worker" "$KIND_CLUSTER-worker2" ledger list
-
-if [ "$NODE_LOSS" = 1 ]; then
-  step "experiment 5: a node that is gone (stopped with docker stop)"
-  run "$KUBECTL" apply -f examples/node-gone.yaml
-  run "$KUBECTL" -n "$DEMO" wait --for=condition=Ready pod/doomed --timeout="$WAIT"
-  GONE=$KIND_CLUSTER-worker2
-  [ "$DRY_RUN" = 1 ] || GONE=$(kd get pod doomed -o jsonpath='{.spec.nodeName}')
-  run "$DOCKER" stop "$GONE"
-  run "$KUBECTL" wait --for=condition=Ready=false node/"$GONE" --timeout="$WAIT"
-  run "$KUBECTL" taint node "$GONE" node.kubernetes.io/out-of-service=nodeshutdown:NoExecute
-  run "$KUBECTL" -n "$DEMO" wait --for=delete pod/doomed --timeout="$WAIT"
-  run "$KUBECTL" apply -f examples/node-gone-rescue.yaml
-  run "$KUBECTL" -n "$DEMO" wait --for=condition=Ready pod/rescue --timeout="$WAIT"
-  expect "the rescue reads what doomed wrote" '[0-9]{2}:[0-9]{2}:[0-9]{2}' "$KUBECTL" -n "$DEMO" logs rescue
-  # No NodeUnstage came before the attacher's ControllerUnpublishVolume: Kubernetes'
-  # force-detach, which the ledger records as a revocation (docs/kind.md, experiment 5).
-  expect "the audit records the detach of the gone node as a revocation" 'revoke' ledger audit
-fi
-
-step "cleaning up the experiments"
-run "$KUBECTL" delete namespace "$DEMO" --wait=true --timeout=5m
+echo "kind-e2e: every experiment passed and nothing was left behind ($((SECONDS - began)) s)"

@@ -22,7 +22,9 @@ from tests.chart.chart_tool import ROOT
 EXAMPLES = ROOT / "examples"
 KIND_CONFIG = EXAMPLES / "kind-config.yaml"
 GUIDE = ROOT / "docs" / "kind.md"
-MANIFESTS = sorted(p for p in EXAMPLES.glob("*.yaml") if p != KIND_CONFIG)
+# kind's own configurations are no Kubernetes objects (tests/chart/test_kind_setup.py has them).
+KIND_CONFIGS = (KIND_CONFIG, EXAMPLES / "kind-config-no-dev.yaml")
+MANIFESTS = sorted(p for p in EXAMPLES.glob("*.yaml") if p not in KIND_CONFIGS)
 
 
 def objects_of(path: Path) -> list[dict[str, Any]]:
@@ -178,10 +180,15 @@ def test_deploy_targets_exist() -> None:
     assert "-m pytest -q tests/chart" in out
     assert "-m tests.chart.chart_tool lint" in out
     assert re.search(r"docker build .*-t csi-hostpath:\d+\.\d+\.\d+", out)
-    assert "kind create cluster --name csi-hostpath --config examples/kind-config.yaml" in out
+    # kind-up and kind-down are scripts (tools/kind/); the cluster's name and config go to them.
+    assert "KIND_CLUSTER=csi-hostpath KIND_CONFIG=examples/kind-config.yaml" in out
+    assert "bash tools/kind/up.sh" in out and "bash tools/kind/down.sh" in out
+    up = (ROOT / "tools" / "kind" / "up.sh").read_text()
+    assert '"$kind" create cluster --name "$KIND_CLUSTER" --config "$config"' in up
     # `kind load docker-image` fails on Docker Engine 29; an archive works everywhere.
     assert re.search(r"docker save -o \S+/csi-hostpath-\S+\.tar csi-hostpath:", out)
     assert re.search(r"kind load image-archive \S+\.tar --name csi-hostpath", out)
     assert "load docker-image" not in out
     assert "upgrade --install csi-hostpath charts/csi-hostpath" in out
-    assert "kind delete cluster --name csi-hostpath" in out
+    down = (ROOT / "tools" / "kind" / "down.sh").read_text()
+    assert '"$kind" delete cluster --name "$KIND_CLUSTER"' in down

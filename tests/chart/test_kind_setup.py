@@ -66,3 +66,21 @@ def test_guide_installs_snapshot_crds_and_controller() -> None:
 def test_guide_warns_about_cgroup_v1() -> None:
     guide = GUIDE.read_text()
     assert "cgroup v1" in guide and "1.35" in guide and "cgroup2fs" in guide
+
+
+def test_both_kind_configs_run_a_135_kubelet_on_cgroup_v1() -> None:
+    """The kubelet of 1.35 refuses cgroup v1 unless failCgroupV1 is false: both configurations
+    say so through kind's kubeadmConfigPatches. They differ only in the host's /dev."""
+    configs = {
+        name: yaml.safe_load((ROOT / "examples" / name).read_text())
+        for name in ("kind-config.yaml", "kind-config-no-dev.yaml")
+    }
+    for name, config in configs.items():
+        patches = [yaml.safe_load(p) for p in config["kubeadmConfigPatches"]]
+        assert {"kind": "KubeletConfiguration", "failCgroupV1": False} in patches, name
+    project, plain = configs["kind-config.yaml"], configs["kind-config-no-dev.yaml"]
+    assert [n["role"] for n in plain["nodes"]] == [n["role"] for n in project["nodes"]]
+    for mine, theirs in zip(project["nodes"], plain["nodes"], strict=True):
+        without_dev = [m for m in mine["extraMounts"] if m["hostPath"] != "/dev"]
+        assert theirs["extraMounts"] == without_dev
+        assert "/dev" not in host_paths(theirs)

@@ -2,9 +2,9 @@
 and liveness probe. The chart's defaults name kubernetes-csi's images, which those clusters can
 neither pull nor build (the Go module proxy refuses both modules), so a default there would leave
 the node plugin in ImagePullBackOff. The ways: the experiments' installer
-(tests/cluster/e2e/chart.py, on the cluster from binaries and on kind), the e2e suite's releases
-(tools/cluster/k8s-e2e.sh with tests/k8s_e2e/values*.yaml), and tools/kind-e2e.sh
-(tests/chart/test_kind_e2e.py, from its dry run)."""
+(tests/cluster/e2e/chart.py, on the cluster from binaries and on kind, where tools/kind-e2e.sh
+runs the same experiments: tests/chart/test_kind_e2e.py) and the e2e suite's releases
+(tools/cluster/k8s-e2e.sh with tests/k8s_e2e/values*.yaml)."""
 
 from __future__ import annotations
 

@@ -40,9 +40,9 @@ def test_only_a_run_where_every_experiment_passed_passes() -> None:
     assert not all_passed([ok, Result("b", "t", "FAILED", 0.0)])
 
 
-def test_every_experiment_a_to_o_is_registered_once_in_its_shape() -> None:
-    assert sorted(context.REGISTRY) == list("abcdefghijklmno")
-    assert sorted(runner.ORDER) == list("abcdefghijklmno")
+def test_every_experiment_a_to_p_is_registered_once_in_its_shape() -> None:
+    assert sorted(context.REGISTRY) == list("abcdefghijklmnop")
+    assert sorted(runner.ORDER) == list("abcdefghijklmnop")
     assert context.REGISTRY["j"].shape == context.REGISTRY["o"].shape == "local"
     assert {e.shape for k, e in context.REGISTRY.items() if k not in "jo"} == {"shared"}
     with pytest.raises(ValueError, match="twice"):
@@ -103,7 +103,7 @@ def test_list_prints_every_experiment_and_touches_nothing(
 ) -> None:
     assert runner.main(["--list"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line[0] for line in lines] == list("abcdefghijklmno")
+    assert [line[0] for line in lines] == list("abcdefghijklmnop")
 
 
 def test_the_manifests_it_applies_are_valid_kubernetes() -> None:

@@ -173,6 +173,8 @@ def _all() -> list[str]:
         for line in out.stdout.splitlines()
         if line.split()[1] != "containerd"
         and line.split()[0] not in ("e2e.test", "agnhost", "ginkgo")
+        # a kind node image's own programs (the `kind` group), not the cluster from binaries'
+        and line.split()[0] not in ("kubeadm", "crictl", "coredns")
     ]
 
 

@@ -5,7 +5,8 @@
 #                                         print one `NAME PATH` line for each
 #   tools/cluster/build.sh TARGET...      the same for groups or program names: all, e2e
 #                                         (e2e.test, agnhost, ginkgo), containerd (containerd,
-#                                         its runc shim, ctr), everything; `list` names them
+#                                         its runc shim, ctr), kind (a kind node image's
+#                                         programs), everything; `list` names them
 #   tools/cluster/build.sh path NAME      print where NAME is (or will be); builds nothing
 #   tools/cluster/build.sh list           print `NAME COMPONENT VERSION PACKAGE` per program
 #   tools/cluster/build.sh versions [T…]  print the version each built program reports
@@ -34,6 +35,9 @@ kube-scheduler          kubernetes                 bin   k8s.io/kubernetes/cmd/k
 kubelet                 kubernetes                 bin   k8s.io/kubernetes/cmd/kubelet
 kubectl                 kubernetes                 bin   k8s.io/kubernetes/cmd/kubectl
 kube-proxy              kubernetes                 bin   k8s.io/kubernetes/cmd/kube-proxy
+kubeadm                 kubernetes                 bin   k8s.io/kubernetes/cmd/kubeadm
+crictl                  cri-tools                  bin   sigs.k8s.io/cri-tools/cmd/crictl
+coredns                 coredns                    bin   github.com/coredns/coredns
 etcd                    etcd                       bin   go.etcd.io/etcd/server/v3
 etcdctl                 etcd                       bin   go.etcd.io/etcd/etcdctl/v3
 helm                    helm                       bin   helm.sh/helm/v4/cmd/helm
@@ -57,11 +61,15 @@ EOF
 }
 
 # The groups: `all` is what the cluster runs (Debian's containerd by default), `e2e` what the
-# Kubernetes e2e suite adds, `containerd` the fallback for a containerd too old for the kubelet.
+# Kubernetes e2e suite adds, `containerd` the fallback for a containerd too old for the kubelet,
+# `kind` what a kind node image holds (tools/kind/node-image.sh) and the kubectl and helm that
+# drive it.
+kind_only="kubeadm crictl coredns"
 group() {
   case "$1" in
-    all) programs | awk '$2 != "containerd" && $1 != "e2e.test" && $1 != "agnhost" && $1 != "ginkgo" {print $1}' ;;
+    all) programs | awk -v k=" $kind_only " '$2 != "containerd" && $1 != "e2e.test" && $1 != "agnhost" && $1 != "ginkgo" && index(k, " " $1 " ") == 0 {print $1}' ;;
     e2e) echo e2e.test agnhost ginkgo ;;
+    kind) echo kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl kube-proxy etcd helm "$kind_only" ;;
     containerd) echo containerd containerd-shim-runc-v2 ctr ;;
     everything) programs | awk '{print $1}' ;;
     *) return 1 ;;
@@ -76,7 +84,7 @@ field() {
   local line
   line=$(programs | awk -v n="$1" '$1 == n') ||:
   if [ -z "$line" ]; then
-    echo "build.sh: no program '$1' (known: $(programs | awk '{printf "%s ", $1}'); groups: all e2e containerd everything)" >&2
+    echo "build.sh: no program '$1' (known: $(programs | awk '{printf "%s ", $1}'); groups: all e2e containerd kind everything)" >&2
     exit 2
   fi
   awk -v i="$2" '{print $i}' <<<"$line"
@@ -94,6 +102,8 @@ version_of() {
     external-snapshot-metadata) echo "$CSI_SNAPSHOT_METADATA_VERSION" ;;
     containerd) echo "$CONTAINERD_VERSION" ;;
     ginkgo) echo "$GINKGO_VERSION" ;;
+    cri-tools) echo "$CRI_TOOLS_VERSION" ;;
+    coredns) echo "$COREDNS_VERSION" ;;
     *) die "no pin for component '$1' in $here/versions.env" ;;
   esac
 }
@@ -191,6 +201,8 @@ ldflags() {
       f+=(-X "$pkg.Version=$v" -X "$pkg.Package=github.com/containerd/containerd/v2")
       ;;
     ginkgo) ;; # its version is a constant of the module (types.VERSION)
+    coredns) ;; # its version is a constant of the module (coremain.CoreVersion)
+    cri-tools) f+=(-X "sigs.k8s.io/cri-tools/pkg/version.Version=$v") ;;
     *) f+=(-X "main.version=$v") ;; # the kubernetes-csi sidecars
   esac
   echo "${f[*]}"
@@ -320,7 +332,8 @@ versions() {
       kubectl) echo "$name $("$p" version --client 2>&1 | head -1)" ;;
       etcdctl) echo "$name $("$p" version 2>&1 | head -1)" ;;
       helm) echo "$name $("$p" version --short 2>&1 | head -1)" ;;
-      ginkgo) echo "$name $("$p" version 2>&1 | head -1)" ;;
+      ginkgo | kubeadm) echo "$name $("$p" version 2>&1 | head -1)" ;;
+      coredns) echo "$name $("$p" -version 2>&1 | head -1)" ;;
       containerd-shim-runc-v2) echo "$name $("$p" -v 2>&1 | sed -n 2p)" ;;
       # An example client with no version flag: its module's version, from the build information.
       snapshot-metadata-lister)

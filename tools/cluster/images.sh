@@ -21,6 +21,10 @@
 #                                                    entrypoint too, as a pod's command does
 #   tools/cluster/images.sh check-args NAME:TAG      print the arguments of its own check, one a
 #                                                    line (no root needed)
+#   tools/cluster/images.sh base                     print the path of the Debian base's archive
+#                                                    (a docker-archive), made when missing
+#
+# CSI_HOSTPATH_IMAGES_TABLE=FILE reads another table of the same format instead of images.txt.
 #
 # Needs root for build and check (buildah, containerd); the Debian packages they need are
 # installed with apt-get when missing. The archives live in ${CSI_HOSTPATH_CACHE:-~/.cache/csi-hostpath}/images.
@@ -35,12 +39,17 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/images/driver.sh"
 # shellcheck source=tools/cluster/images/go.sh
 . "$here/images/go.sh"
+# shellcheck source=tools/cluster/images/gobin.sh
+. "$here/images/gobin.sh"
 # shellcheck source=tools/cluster/images/busybox.sh
 . "$here/images/busybox.sh"
 # shellcheck source=tools/cluster/images/debian.sh
 . "$here/images/debian.sh"
 # shellcheck source=tools/cluster/images/containerd.sh
 . "$here/images/containerd.sh"
+
+# Another table of the same format, for another set of images (a kind node's: tools/kind/).
+table=${CSI_HOSTPATH_IMAGES_TABLE:-$table}
 
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0" >&2; exit 2; }
 
@@ -49,6 +58,7 @@ key_of() {
   case "$2" in
     driver) driver_key ;;
     go) go_key "$1" "$3" ;;
+    gobin) gobin_key "$1" "$3" ;;
     busybox) busybox_key ;;
     debian) debian_key "$1" "$3" ;;
     *) die "$1: unknown recipe '$2' in $table" ;;
@@ -58,7 +68,7 @@ key_of() {
 # why_not NAME:TAG RECIPE SOURCE: why key_of failed.
 why_not() {
   case "$2" in
-    go) not_built "$3" ;;
+    go | gobin) not_built "$3" ;;
     busybox) echo "Debian's busybox-static is not installed" ;;
     debian) debian_why_not "$3" ;;
     *) echo "its inputs are missing" ;;
@@ -207,7 +217,8 @@ check_args() {
     driver:*) printf '%s\n' --help ;;
     # The lister has no --version; Go's flag package answers -h with its usage and status 0.
     go:snapshot-metadata-lister) printf '%s\n' -h ;;
-    go:*) printf '%s\n' --version ;;
+    go:coredns) printf '%s\n' -version ;;
+    go:* | gobin:*) printf '%s\n' --version ;;
     busybox:*)
       # shellcheck disable=SC2016 # expanded by the image's sh, not here
       printf '%s\n' sh -c 'echo "$(busybox | head -n 1) as $(id -un), $(ls /bin | wc -l) links in /bin"' ;;
@@ -225,5 +236,15 @@ case "${1:-}" in
   path) [ $# -eq 2 ] || usage; cmd_path "$2" ;;
   check) [ $# -ge 2 ] || usage; shift; cmd_check "$@" ;;
   check-args) [ $# -eq 2 ] || usage; check_args "$2" ;;
+  base)
+    # The Debian base (made when missing) as a docker-archive, for a builder other than buildah.
+    [ $# -eq 1 ] || usage
+    [ "$(id -u)" -eq 0 ] || die "base needs root (buildah, debootstrap)"
+    trap cleanup_scratch EXIT
+    ensure_base
+    archive="$images_dir/base/debian-$base_suite-$(base_key).tar"
+    [ -f "$archive" ] || publish "$base_ref" "$base_ref" "$archive"
+    echo "$archive"
+    ;;
   *) usage ;;
 esac

@@ -23,7 +23,9 @@
 #                            each node (tools/cluster/node-ssh.sh) for their kubelet restarts
 #   K8S_E2E_LOCAL=0          leave out the local shape's release and specs
 #   K8S_E2E_KEEP=1           leave the cluster up at the end
-#   K8S_E2E_OUT=DIR          default .run/<cluster>/k8s-e2e
+#   K8S_E2E_OUT=DIR          default .run/<cluster>/k8s-e2e (.run/kind-<name>-k8s-e2e on kind)
+#   K8S_E2E_KIND=1           on a kind cluster instead (tools/kind/up.sh and down.sh, KIND_CLUSTER
+#                            honoured; its images loaded with kind load image-archive)
 # --dry-run prints each step and runs nothing. --bench sets the cluster up the same way, then runs
 # bench/cluster_latency.py (claim -> pod Running, snapshot -> restored claim Bound) instead of the
 # suite, into K8S_E2E_OUT/latency.json (make k8s-bench; docs/benchmarks.md).
@@ -45,12 +47,15 @@ done
 
 export CLUSTER_NAME=${CLUSTER_NAME:-}
 cluster_dir=${CLUSTER_NAME:-cluster}
+ON_KIND=${K8S_E2E_KIND:-0}
+export KIND_CLUSTER=${KIND_CLUSTER:-csi-hostpath}
 PROCS=${K8S_E2E_PROCS:-3}
 TIMEOUT=${K8S_E2E_TIMEOUT:-150m}
 DISRUPTIVE=${K8S_E2E_DISRUPTIVE:-0}
 LOCAL=${K8S_E2E_LOCAL:-1}
 KEEP=${K8S_E2E_KEEP:-0}
 OUT=${K8S_E2E_OUT:-$repo/.run/$cluster_dir/k8s-e2e}
+[ "$ON_KIND" = 0 ] || OUT=${K8S_E2E_OUT:-$repo/.run/kind-$KIND_CLUSTER-k8s-e2e}
 PY=${PY:-$repo/.venv/bin/python}
 SUITE=tests/k8s_e2e
 SHARED_DRIVER=loop.hostpath.csi.dev
@@ -72,6 +77,10 @@ else
     'should provision storage with any volume data source'
 fi
 [ "$DISRUPTIVE" = 1 ] && PROCS=1
+if [ "$ON_KIND" = 1 ] && [ "$DISRUPTIVE" = 1 ]; then
+  echo "k8s-e2e: the [Disruptive] specs reach nodes over SSH, which kind nodes don't run" >&2
+  exit 2
+fi
 
 # Ginkgo ORs its --focus flags: every spec of the shared driver, and the local driver's topology
 # and capacity suites (the rest of the local shape runs the same code as the shared one).
@@ -102,7 +111,17 @@ HELM=$(path_of helm)
 CRDS=$(path_of snapshot-crds)
 SNAP_CONTROLLER=$(path_of snapshot-controller-manifests)
 KUBECONFIG=$repo/.run/$cluster_dir/kubeconfig
+[ "$ON_KIND" = 0 ] || KUBECONFIG=$repo/.run/kind/$KIND_CLUSTER/kubeconfig
 export KUBECONFIG
+# The cluster: the one from binaries, or kind.
+cluster_up=(bash tools/cluster/up.sh)
+cluster_down=(bash tools/cluster/down.sh)
+programs=(all e2e)
+if [ "$ON_KIND" = 1 ]; then
+  cluster_up=(bash tools/kind/up.sh)
+  cluster_down=(bash tools/kind/down.sh)
+  programs=(kind e2e)
+fi
 
 # Whatever happened, the driver's logs are kept and the cluster goes down (unless K8S_E2E_KEEP).
 # shellcheck disable=SC2329 # called by finish, the EXIT trap
@@ -125,16 +144,16 @@ finish() {
     collect_logs
   fi
   if [ "$KEEP" = 1 ]; then
-    echo "k8s-e2e: the cluster stays up (K8S_E2E_KEEP=1): make cluster-down CLUSTER_NAME=$CLUSTER_NAME"
+    echo "k8s-e2e: the cluster stays up (K8S_E2E_KEEP=1): make cluster-down CLUSTER_NAME=$CLUSTER_NAME (kind: make kind-down)"
   else
     step "cluster down"
-    run bash tools/cluster/down.sh || rc=1
+    run "${cluster_down[@]}" || rc=1
   fi
   exit "$rc"
 }
 
 step "programs: e2e.test, ginkgo, the cluster's (built once, cached)"
-run bash tools/cluster/build.sh all e2e >/dev/null
+run bash tools/cluster/build.sh "${programs[@]}" >/dev/null
 step "images (cached; the suite's and the driver's)"
 run bash tools/cluster/images.sh build
 # Read whole (grep -q would end the listing early, and pipefail would call that a failure).
@@ -147,8 +166,8 @@ done
 
 mkdir -p "$OUT"
 trap finish EXIT
-step "cluster up (${CLUSTER_NAME:-default})"
-run bash tools/cluster/up.sh
+step "cluster up (${CLUSTER_NAME:-default}$([ "$ON_KIND" = 0 ] || echo ", kind $KIND_CLUSTER"))"
+run "${cluster_up[@]}"
 
 if [ "$DISRUPTIVE" = 1 ]; then
   # The [Disruptive] specs stop and start a node's kubelet over SSH (tools/cluster/node-ssh.sh).

@@ -39,16 +39,19 @@ def missing_secret(ctx: Ctx) -> None:
     bound = until("claim data Bound", bound_claim, 120)
     event = until("a FailedMount event naming the Secret", mount_event, 120)
     log(f"  pod events: {event.strip().splitlines()[-1][:200]}")
-    p = k.pod(ns, "waits") or {}
-    waiting = [
-        ((s.get("state") or {}).get("waiting") or {}).get("reason")
-        for s in (p.get("status") or {}).get("containerStatuses") or []
-    ]
-    expect(
-        "the pod waits in ContainerCreating",
-        p["status"].get("phase") == "Pending" and waiting == ["ContainerCreating"],
-        waiting,
-    )
+
+    def creating() -> list[str] | None:
+        # The kubelet may post the event before the pod's status: read the status until it
+        # says why the pod waits.
+        p = k.pod(ns, "waits") or {}
+        waiting = [
+            str(((s.get("state") or {}).get("waiting") or {}).get("reason"))
+            for s in (p.get("status") or {}).get("containerStatuses") or []
+        ]
+        ok = (p.get("status") or {}).get("phase") == "Pending" and waiting == ["ContainerCreating"]
+        return waiting if ok else None
+
+    until("the pod waits in ContainerCreating", creating, 60)
     expect("the claim is Bound meanwhile", (k.pvc(ns, "data") or {})["status"]["phase"] == "Bound")
     k.apply(
         [

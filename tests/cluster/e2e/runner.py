@@ -24,6 +24,7 @@ from tests.cluster.e2e import (  # noqa: F401  (they register)
     exp_access,
     exp_cbt,
     exp_data,
+    exp_kernel,
     exp_limits,
     exp_nodes,
     exp_pool,
@@ -37,7 +38,7 @@ from tests.cluster.e2e.table import Result, all_passed, render
 
 # The order they run in: the shared shape's first, the node-loss one late (it takes a node away),
 # the uninstall after it, then the local shape's.
-ORDER = "abcdfghimnkeloj"
+ORDER = "abcdfghimnkpeloj"
 TOOLS = REPO / "tools" / "cluster"
 
 

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# make kind-up: a kind cluster with the project's images in it, on this machine's Docker or the
+# project's own dockerd (tools/kind/docker.sh), on a node image made here (tools/kind/node-image.sh)
+# unless KIND_NODE_IMAGE names another. Prints KUBECONFIG=FILE (the cluster's own kubeconfig;
+# ~/.kube/config is not touched).
+#
+# Settings (environment; make passes mk/deploy.mk's):
+#   KIND_CLUSTER      the cluster's name (csi-hostpath)
+#   KIND_CONFIG       kind's configuration (examples/kind-config.yaml)
+#   KIND_NODE_IMAGE   a node image to use as it is (kindest/node:v1.35.1 where a registry can
+#                     be reached); empty: make one here
+#   KIND_SHARED_DIR   the host directory of the shared pool and the controller's state; when it
+#                     is not the configuration's /var/lib/csi-hostpath-kind, a copy of the
+#                     configuration naming it is used
+#   KIND_IMAGES       1: build (tools/cluster/images.sh build) and `kind load image-archive` the
+#                     driver's, the sidecars' and the test images (the default); 0: none
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+# shellcheck source=tools/kind/lib.sh
+. "$here/lib.sh"
+
+started=$SECONDS
+mkdir -p "$state"
+# Docker: the machine's, or ours. Whether this run started ours is kept for kind-down.
+before=$(bash "$here/docker.sh" status 2>/dev/null || true)
+out=$(bash "$here/docker.sh" start)
+export "${out?}"
+if [[ $before != "the project's dockerd"* ]] && [[ $(bash "$here/docker.sh" status) == "the project's dockerd"* ]]; then
+  touch "$state/started-dockerd"
+fi
+
+kind=$(kind_bin)
+if [ -z "$KIND_NODE_IMAGE" ]; then
+  KIND_NODE_IMAGE=$(bash "$here/node-image.sh" build)
+fi
+log "node image $KIND_NODE_IMAGE"
+
+if "$kind" get clusters 2>/dev/null | grep -qx "$KIND_CLUSTER"; then
+  log "$KIND_CLUSTER is up already"
+  "$kind" export kubeconfig --name "$KIND_CLUSTER" --kubeconfig "$kubeconfig" >/dev/null 2>&1
+  echo "KUBECONFIG=$kubeconfig"
+  exit 0
+fi
+
+mkdir -p "$KIND_SHARED_DIR/pool" "$KIND_SHARED_DIR/controller"
+config=$KIND_CONFIG
+if [ "$KIND_SHARED_DIR" != "$config_shared" ]; then
+  config=$state/kind-config.yaml
+  sed "s#$config_shared/#$KIND_SHARED_DIR/#g" "$KIND_CONFIG" >"$config"
+fi
+# kind mounts the host's /lib/modules into every node; Docker makes it when the host has none.
+[ -e /lib/modules ] || touch "$state/made-lib-modules"
+
+t=$SECONDS
+"$kind" create cluster --name "$KIND_CLUSTER" --config "$config" --image "$KIND_NODE_IMAGE" \
+  --kubeconfig "$kubeconfig" --wait 180s
+log "kind create cluster: $((SECONDS - t)) s"
+
+if [ "$KIND_IMAGES" = 1 ]; then
+  bash "$repo/tools/cluster/images.sh" build
+  t=$SECONDS
+  n=0
+  while read -r _ archive; do
+    "$kind" load image-archive "$archive" --name "$KIND_CLUSTER" >/dev/null
+    n=$((n + 1))
+  done < <(bash "$repo/tools/cluster/images.sh" list)
+  log "kind load image-archive: $n archives in $((SECONDS - t)) s"
+fi
+log "$KIND_CLUSTER up in $((SECONDS - started)) s"
+echo "KUBECONFIG=$kubeconfig"
