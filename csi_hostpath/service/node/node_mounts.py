@@ -107,6 +107,27 @@ class NodeMounts:
             ) from e
         self.busy.pop(path, None)
 
+    def forget_released(self) -> bool:
+        """Drop the busy notes whose cause has gone (the mount beneath unmounted, the holders
+        exited, the path unmounted some other way); True if any went. Nothing retries the
+        unmount of a path its user now wants to keep, so without this a note outlived its cause
+        and inspect called the volume stuck until the driver restarted."""
+        if not self.busy:
+            return False
+        points = [m.mount_point for m in self.system.mounts.list()]
+        gone = [
+            path
+            for path in self.busy
+            if path not in points
+            or not (
+                any(p.startswith(path.rstrip("/") + "/") for p in points)
+                or self.system.mounts.holders(path)
+            )
+        ]
+        for path in gone:
+            self.busy.pop(path, None)
+        return bool(gone)
+
     def note_busy(self, path: str, who: str) -> None:
         log.warning("%s is busy: %s", path, who or "no process found; a mount beneath it?")
         self.busy[path] = {

@@ -1,0 +1,37 @@
+"""What a person new to the driver meets in the README's local session, against a real driver:
+a busy report that outlives its cause, sizes written the way people write them, an unmount given
+the volume's name, and a mount over a directory that holds files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests import helpers as h
+from tests.volume_cli_runner import Cli
+
+
+def _inspect(cli: Cli, name: str) -> str:
+    state = Path(cli.env["CSI_HOSTPATH_ENDPOINT"].removeprefix("unix://")).parent / "drv-state"
+    return cli.command("inspect", name, "--state-dir", str(state)).out
+
+
+def test_a_busy_report_goes_once_the_mount_beneath_is_gone(cli: Cli) -> None:
+    cli.json("create", "v", "--size", "32Mi")
+    cli.json("create", "w", "--size", "32Mi")
+    outer, inner = cli.root / "v", cli.root / "v" / "w"
+    cli.json("mount", "v", str(outer))
+    cli.json("mount", "w", str(inner))
+    try:
+        busy = cli("unmount", str(outer), ok=False)
+        assert busy.rc == 4
+        assert "stuck" in _inspect(cli, "v")
+        cli.json("unmount", str(inner))
+        # v stays mounted, as the person now wants: nothing holds it any more.
+        inspected = _inspect(cli, "v")
+        assert "stuck" not in inspected and "busy" not in inspected, inspected
+    finally:
+        for path in (inner, outer):
+            if h.mounted(path):
+                cli("unmount", str(path), ok=False)
+    for name in ("v", "w"):
+        cli.json("delete", name)
