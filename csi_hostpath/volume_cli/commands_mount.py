@@ -15,7 +15,7 @@ from pathlib import Path
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.system.base import held_by
 from csi_hostpath.system.holders import holders_of_path
-from csi_hostpath.volume_cli.cli_errors import BUSY, EXISTS, FAILED, NOT_FOUND, CliError
+from csi_hostpath.volume_cli.cli_errors import BUSY, EXISTS, FAILED, NOT_FOUND, USAGE, CliError
 from csi_hostpath.volume_cli.client import capability
 from csi_hostpath.volume_cli.commands_volume import release
 from csi_hostpath.volume_cli.context import Context, absolute, volume_named
@@ -226,11 +226,34 @@ def _let_go_of(path: str) -> None:
                 os.close(int(name))
 
 
+def _by_name(records: Records, name: str) -> tuple[VolumeRecord, MountRecord] | None:
+    """The one mount of the volume named NAME (`unmount data`, said as `mount data ./x` was);
+    refused, naming each path, when there are several."""
+    vol = records.volumes.get(name)
+    if vol is None:
+        return None
+    if not vol.mounts:
+        raise CliError(NOT_FOUND, f"volume {name} is not mounted", "nothing to unmount")
+    if len(vol.mounts) > 1:
+        raise CliError(
+            USAGE,
+            f"{name} is mounted at {len(vol.mounts)} places",
+            "name the one to unmount: "
+            + "; ".join(f"csi-hostpath volume unmount {m.path}" for m in vol.mounts),
+        )
+    return vol, vol.mounts[0]
+
+
 def unmount(ctx: Context, args: argparse.Namespace) -> int:
     path = absolute(args.path)
     _let_go_of(path)
     with ctx.records.locked() as records:
         held = records.mount_at(path) or _adopt(records, path, ctx.records.staging_path)
+        if held is None and not os.path.lexists(path):
+            held = _by_name(records, args.path)
+            if held is not None:
+                path = held[1].path
+                _let_go_of(path)
         if held is None:
             source = mount_source(path)
             detail = (

@@ -35,3 +35,25 @@ def test_a_busy_report_goes_once_the_mount_beneath_is_gone(cli: Cli) -> None:
                 cli("unmount", str(path), ok=False)
     for name in ("v", "w"):
         cli.json("delete", name)
+
+
+def test_unmount_takes_the_volumes_name(cli: Cli) -> None:
+    cli.json("create", "v", "--size", "32Mi")
+    one, two = cli.root / "one", cli.root / "two"
+    cli.json("mount", "v", str(one))
+    try:
+        done = cli("unmount", "v")  # no ./v here: the name
+        assert f"unmounted v from {one}" in done.out
+        assert not h.mounted(one)
+        cli.json("mount", "v", str(one))
+        cli.json("mount", "v", str(two))
+        both = cli("unmount", "v", ok=False)
+        assert both.rc == 2 and "v is mounted at 2 places" in both.err, both.err
+        assert f"unmount {one}" in both.err and f"unmount {two}" in both.err
+        never = cli("unmount", "nothing-here", ok=False)
+        assert never.rc == 3 and "no volume is mounted at" in never.err
+    finally:
+        for path in (one, two):
+            if h.mounted(path):
+                cli("unmount", str(path), ok=False)
+    cli.json("delete", "v")
