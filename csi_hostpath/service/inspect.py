@@ -245,12 +245,16 @@ def _published(staged_on: dict[str, dict[str, Any]]) -> Phase:
     if busy:
         n, path, b = busy[0]
         why = b.get("held_by") or "busy, and no process was found (a mount beneath it?)"
+        beneath = str(why).endswith("mounted beneath it")
         return Phase(
             "published",
             STUCK,
             "; ".join(f"{n}: {t}" for n, t in targets) or "no target path",
             f"{path} on {n} can't be released: {why}",
-            "stop those processes (or the pod that runs them); the kubelet retries the unmount",
+            "unmount what is mounted beneath it, then retry the unmount"
+            if beneath
+            else "stop those processes (or the pod that runs them); the kubelet retries the "
+            "unmount",
         )
     if targets:
         return Phase("published", OK, "; ".join(f"{n}: {t}" for n, t in targets))

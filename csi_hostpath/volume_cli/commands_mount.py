@@ -19,7 +19,7 @@ from csi_hostpath.volume_cli.cli_errors import BUSY, EXISTS, FAILED, NOT_FOUND, 
 from csi_hostpath.volume_cli.client import capability
 from csi_hostpath.volume_cli.commands_volume import release
 from csi_hostpath.volume_cli.context import Context, absolute, volume_named
-from csi_hostpath.volume_cli.kernel import loop_volume, mount_source
+from csi_hostpath.volume_cli.kernel import loop_volume, mount_source, mounts_below
 from csi_hostpath.volume_cli.records import MountRecord, Records, VolumeRecord
 
 
@@ -281,6 +281,10 @@ def unmount(ctx: Context, args: argparse.Namespace) -> int:
                     e.message += f" ({who})"
                 if who or "held by" in e.message:
                     e.next_step = "stop those processes (or cd out of the path), then unmount again"
+                elif below := [p for p, _ in mounts_below(path) if p != path]:
+                    inner = records.mount_at(below[0])
+                    how = "csi-hostpath volume unmount" if inner else "umount"
+                    e.next_step = f"unmount it first ({how} {below[0]}), then unmount {path}"
             raise
         vol.mounts.remove(m)
         _after_unpublish(m, vol.fs)

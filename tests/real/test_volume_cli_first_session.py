@@ -57,3 +57,22 @@ def test_unmount_takes_the_volumes_name(cli: Cli) -> None:
             if h.mounted(path):
                 cli("unmount", str(path), ok=False)
     cli.json("delete", "v")
+
+
+def test_a_busy_unmount_names_the_mount_beneath(cli: Cli) -> None:
+    cli.json("create", "v", "--size", "32Mi")
+    cli.json("create", "w", "--size", "32Mi")
+    outer, inner = cli.root / "v", cli.root / "v" / "w"
+    cli.json("mount", "v", str(outer))
+    cli.json("mount", "w", str(inner))
+    try:
+        busy = cli("unmount", str(outer), ok=False)
+        assert busy.rc == 4 and f"{inner} is mounted beneath it" in busy.err, busy.err
+        assert f"csi-hostpath volume unmount {inner}" in busy.err, busy.err
+        assert f"{inner} is mounted beneath it" in _inspect(cli, "v")
+    finally:
+        for path in (inner, outer):
+            if h.mounted(path):
+                cli("unmount", str(path), ok=False)
+    for name in ("v", "w"):
+        cli.json("delete", name)

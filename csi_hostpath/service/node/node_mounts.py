@@ -94,8 +94,10 @@ class NodeMounts:
         try:
             self.system.mounts.unmount(path, lazy=lazy)
         except ResourceBusy as e:
-            who = held_by(self.system.mounts.holders(path))
+            who = held_by(self.system.mounts.holders(path)) or self.mounted_beneath(path)
             self.note_busy(path, who)
+            if who.endswith("beneath it"):
+                raise TargetBusy(f"{path} is busy: {who}; unmount that first, then retry") from e
             if who:
                 raise TargetBusy(
                     f"{path} is busy: {who}; retry once they let go of it (stop them, or cd "
@@ -106,6 +108,18 @@ class NodeMounts:
                 "another mount sits beneath it; retry once it is released"
             ) from e
         self.busy.pop(path, None)
+
+    def mounted_beneath(self, path: str) -> str:
+        """ "P is mounted beneath it" for the first mount below path (what keeps an unmount
+        busy when no process holds the filesystem), or ""."""
+        inside = path.rstrip("/") + "/"
+        below = [
+            m.mount_point for m in self.system.mounts.list() if m.mount_point.startswith(inside)
+        ]
+        if not below:
+            return ""
+        more = f" (and {len(below) - 1} more)" if len(below) > 1 else ""
+        return f"{below[0]}{more} is mounted beneath it"
 
     def forget_released(self) -> bool:
         """Drop the busy notes whose cause has gone (the mount beneath unmounted, the holders
