@@ -62,6 +62,13 @@ def mount(ctx: Context, args: argparse.Namespace) -> int:
                 f"{path} is already a mount point ({source} is mounted there)",
                 "pick an empty path that nothing is mounted on",
             )
+        elif hidden := _would_hide(path):
+            raise CliError(
+                EXISTS,
+                f"{path} holds {hidden}: the mount would hide them until it is unmounted",
+                f"mount on an empty directory or a new path (`csi-hostpath volume mount "
+                f"{vol.name} ./{vol.name}`), or move them out first",
+            )
         driver = ctx.driver
         cap = capability(vol.fs, vol.mode, driver.single_node_multi_writer())
         readonly = args.read_only or vol.mode == "rox"
@@ -224,6 +231,24 @@ def _let_go_of(path: str) -> None:
         if int(name) > 2 and (target == path or target.startswith(inside)):
             with suppress(OSError):
                 os.close(int(name))
+
+
+def _would_hide(path: str) -> str:
+    """What a mount on path would hide, as "3 entries (a, b, c)", or "": a directory's entries,
+    or a file's bytes (a block volume's bind)."""
+    if os.path.islink(path):
+        return ""  # the driver refuses a symlink with its own reason
+    try:
+        if os.path.isfile(path):
+            size = os.path.getsize(path)
+            return f"{size} bytes" if size else ""
+        entries = sorted(os.listdir(path)) if os.path.isdir(path) else []
+    except OSError:
+        return ""
+    if not entries:
+        return ""
+    shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+    return f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'} ({shown})"
 
 
 def _by_name(records: Records, name: str) -> tuple[VolumeRecord, MountRecord] | None:

@@ -4,6 +4,8 @@ the volume's name, and a mount over a directory that holds files."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tests import helpers as h
@@ -15,13 +17,26 @@ def _inspect(cli: Cli, name: str) -> str:
     return cli.command("inspect", name, "--state-dir", str(state)).out
 
 
-def test_a_busy_report_goes_once_the_mount_beneath_is_gone(cli: Cli) -> None:
+@contextmanager
+def _mounted_beneath(cli: Cli) -> Iterator[tuple[Path, Path]]:
+    """Volume v mounted at ./v and volume w at ./v/w; both unmounted and deleted afterwards."""
     cli.json("create", "v", "--size", "32Mi")
     cli.json("create", "w", "--size", "32Mi")
     outer, inner = cli.root / "v", cli.root / "v" / "w"
     cli.json("mount", "v", str(outer))
     cli.json("mount", "w", str(inner))
     try:
+        yield outer, inner
+    finally:
+        for path in (inner, outer):
+            if h.mounted(path):
+                cli("unmount", str(path), ok=False)
+    for name in ("v", "w"):
+        cli.json("delete", name)
+
+
+def test_a_busy_report_goes_once_the_mount_beneath_is_gone(cli: Cli) -> None:
+    with _mounted_beneath(cli) as (outer, inner):
         busy = cli("unmount", str(outer), ok=False)
         assert busy.rc == 4
         assert "stuck" in _inspect(cli, "v")
@@ -29,12 +44,6 @@ def test_a_busy_report_goes_once_the_mount_beneath_is_gone(cli: Cli) -> None:
         # v stays mounted, as the person now wants: nothing holds it any more.
         inspected = _inspect(cli, "v")
         assert "stuck" not in inspected and "busy" not in inspected, inspected
-    finally:
-        for path in (inner, outer):
-            if h.mounted(path):
-                cli("unmount", str(path), ok=False)
-    for name in ("v", "w"):
-        cli.json("delete", name)
 
 
 def test_unmount_takes_the_volumes_name(cli: Cli) -> None:
@@ -60,19 +69,26 @@ def test_unmount_takes_the_volumes_name(cli: Cli) -> None:
 
 
 def test_a_busy_unmount_names_the_mount_beneath(cli: Cli) -> None:
-    cli.json("create", "v", "--size", "32Mi")
-    cli.json("create", "w", "--size", "32Mi")
-    outer, inner = cli.root / "v", cli.root / "v" / "w"
-    cli.json("mount", "v", str(outer))
-    cli.json("mount", "w", str(inner))
-    try:
+    with _mounted_beneath(cli) as (outer, inner):
         busy = cli("unmount", str(outer), ok=False)
         assert busy.rc == 4 and f"{inner} is mounted beneath it" in busy.err, busy.err
         assert f"csi-hostpath volume unmount {inner}" in busy.err, busy.err
         assert f"{inner} is mounted beneath it" in _inspect(cli, "v")
+
+
+def test_a_mount_over_files_is_refused_and_hides_nothing(cli: Cli) -> None:
+    cli.json("create", "v", "--size", "32Mi")
+    full = cli.root / "full"
+    full.mkdir()
+    (full / "notes.txt").write_text("mine")
+    try:
+        refused = cli("mount", "v", str(full), ok=False)
+        assert refused.rc == 7 and f"{full} holds 1 entry (notes.txt)" in refused.err, refused.err
+        assert "an empty directory" in refused.err
+        assert not h.mounted(full) and (full / "notes.txt").read_text() == "mine"
+        [listed] = cli.json("list")
+        assert listed["mounts"] == []
     finally:
-        for path in (inner, outer):
-            if h.mounted(path):
-                cli("unmount", str(path), ok=False)
-    for name in ("v", "w"):
-        cli.json("delete", name)
+        if h.mounted(full):
+            cli("unmount", str(full), ok=False)
+    cli.json("delete", "v")
