@@ -78,6 +78,7 @@ def mount(ctx: Context, args: argparse.Namespace) -> int:
             if not vol.staging_path:
                 _stage(ctx, vol, cap)
                 staged_now = True
+                vol.fs_behind = False  # the stage grew the filesystem to the volume
             driver.call(
                 driver.node.NodePublishVolume,
                 pb.NodePublishVolumeRequest(

@@ -231,6 +231,7 @@ def expand(ctx: Context, args: argparse.Namespace) -> int:
                     raise
                 # The volume is bigger; only its mounted filesystem is not (yet): not a failure.
                 state = "on-next-mount"
+                vol.fs_behind = True
                 note = f"the filesystem stays at its old size while mounted: {e.message}"
     human = f"expanded {args.name} to {format_bytes(vol.capacity_bytes)}"
     if state == "on-next-mount":

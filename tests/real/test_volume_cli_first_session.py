@@ -4,10 +4,14 @@ the volume's name, and a mount over a directory that holds files."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
+from csi_hostpath.volume_cli.sizes import format_bytes
 from tests import helpers as h
 from tests.volume_cli_runner import Cli
 
@@ -92,3 +96,26 @@ def test_a_mount_over_files_is_refused_and_hides_nothing(cli: Cli) -> None:
         if h.mounted(full):
             cli("unmount", str(full), ok=False)
     cli.json("delete", "v")
+
+
+def test_list_says_what_df_says_while_a_grow_waits_for_the_next_mount(cli: Cli) -> None:
+    cli.json("create", "g", "--size", "64Mi")
+    mnt = cli.root / "g"
+    cli.json("mount", "g", str(mnt))
+    try:
+        grown = cli.json("expand", "g", "--size", "128Mi")
+        if grown["filesystem"] != "on-next-mount":
+            pytest.skip("the driver grows a mounted ext4 here (it has CAP_SYS_RESOURCE)")
+        st = os.statvfs(mnt)
+        df_size = format_bytes(st.f_blocks * st.f_frsize)
+        listed = cli("list").out
+        assert f"g: 128Mi, but its mounted filesystem is {df_size} (what df shows)" in listed, (
+            listed
+        )
+        cli.json("unmount", str(mnt))
+        cli.json("mount", "g", str(mnt))
+        assert "what df shows" not in cli("list").out
+    finally:
+        if h.mounted(mnt):
+            cli("unmount", str(mnt), ok=False)
+    cli.json("delete", "g")
