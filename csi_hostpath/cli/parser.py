@@ -67,8 +67,9 @@ def _add_state_args(p: argparse.ArgumentParser, default: object = None) -> None:
         "--state-dir",
         type=Path,
         default=default,
+        # SUPPRESS is a (true) string: its copy looks for `make run`'s state like the group's.
         help=f"directory for the sqlite state (default {DEFAULT_STATE_DIR})"
-        if default
+        if default not in (None, argparse.SUPPRESS)
         else "directory for the sqlite state (default `make run`'s RUN_DIR/state when there is "
         f"one here or above, else {DEFAULT_STATE_DIR})",
     )
