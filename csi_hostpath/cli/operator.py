@@ -44,6 +44,7 @@ def inspect_main(args: argparse.Namespace) -> int:
     from csi_hostpath.service.inspect import as_json, inspect_volume, render_phases
     from csi_hostpath.store.db import Store
     from csi_hostpath.store.pool_layout import PoolLayout
+    from csi_hostpath.volume_cli.records import CSI_NAME_PREFIX
 
     state_dir, pool_dir = state_dirs(args)
     if not (state_dir / "state.db").exists():
@@ -56,8 +57,15 @@ def inspect_main(args: argparse.Namespace) -> int:
         if volume_id is None:
             print(not_found(args.volume, state_dir), file=sys.stderr)
             return 3
+        volume = store.get_volume(volume_id)
+        made_here = volume is not None and volume.name.startswith(CSI_NAME_PREFIX)
         phases = inspect_volume(
-            store, layout, volume_id, args.node_grace, lost_after=args.node_lost_after
+            store,
+            layout,
+            volume_id,
+            args.node_grace,
+            lost_after=args.node_lost_after,
+            local_name=volume.name.removeprefix(CSI_NAME_PREFIX) if volume and made_here else "",
         )
     finally:
         store.close()

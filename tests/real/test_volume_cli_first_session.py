@@ -119,3 +119,11 @@ def test_list_says_what_df_says_while_a_grow_waits_for_the_next_mount(cli: Cli) 
         if h.mounted(mnt):
             cli("unmount", str(mnt), ok=False)
     cli.json("delete", "g")
+
+
+def test_inspect_gives_a_volume_made_here_the_volume_commands_steps(cli: Cli) -> None:
+    cli.json("create", "v", "--size", "32Mi")
+    said = _inspect(cli, "v")
+    assert "VolumeAttachment" not in said and "kubelet" not in said, said
+    assert "csi-hostpath volume mount v ./v" in said, said
+    cli.json("delete", "v")
