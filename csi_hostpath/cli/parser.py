@@ -163,7 +163,12 @@ def _add_operator_commands(sub: Any) -> None:
 
     demo = sub.add_parser("demo", help="take a volume through every phase on a running driver")
     _add_state_args(demo)
-    demo.add_argument("--endpoint", required=True, help="the running driver's unix:// socket")
+    demo.add_argument(
+        "--endpoint",
+        default=None,
+        help="the running driver's socket: unix:///path.sock or its path (default "
+        "$CSI_HOSTPATH_ENDPOINT, else the csi.sock beside `make run`'s state)",
+    )
     from csi_hostpath.cli.node_cmd import add_node_parser
 
     add_node_parser(sub, _add_state_args, _positive_float)

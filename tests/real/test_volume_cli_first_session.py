@@ -127,3 +127,17 @@ def test_inspect_gives_a_volume_made_here_the_volume_commands_steps(cli: Cli) ->
     assert "VolumeAttachment" not in said and "kubelet" not in said, said
     assert "csi-hostpath volume mount v ./v" in said, said
     cli.json("delete", "v")
+
+
+def test_the_ledger_names_the_volumes_made_here(cli: Cli) -> None:
+    volume_id = cli.json("create", "named", "--size", "32Mi")["volume_id"]
+    mnt = cli.root / "named"
+    cli.json("mount", "named", str(mnt))
+    state = Path(cli.env["CSI_HOSTPATH_ENDPOINT"].removeprefix("unix://")).parent / "drv-state"
+    try:
+        [header, row] = cli.command("ledger", "list", "--state-dir", str(state)).out.splitlines()
+        assert header.split()[:2] == ["VOLUME", "NODE"] and header.split()[-1] == "NAME", header
+        assert row.split()[:2] == [volume_id, "node-a"] and row.split()[-1] == "named", row
+    finally:
+        cli("unmount", str(mnt), ok=False)
+    cli.json("delete", "named")
