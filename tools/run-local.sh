@@ -13,6 +13,12 @@ set -u
 run_dir=$1
 py=$2
 shift 2
+# The checkout's package for the run-dir checks: the venv may be gone (make clean) at the stop.
+pypath=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)${PYTHONPATH:+:$PYTHONPATH}
+
+# A second `make run` on the same RUN_DIR: say where the first one runs, and start nothing (the
+# driver's own refusal would be followed by the stop report of a driver that never ran).
+PYTHONPATH=$pypath "$py" -m csi_hostpath run-dir running --run-dir "$run_dir" || exit 1
 
 "$@" &
 server=$!
@@ -51,6 +57,5 @@ wait "$server"
 rc=$?
 if [ -n "$watcher" ]; then kill "$watcher" 2>/dev/null; wait "$watcher" 2>/dev/null; fi
 
-PYTHONPATH=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)${PYTHONPATH:+:$PYTHONPATH} \
-  "$py" -m csi_hostpath run-dir mounted --run-dir "$run_dir"
+PYTHONPATH=$pypath "$py" -m csi_hostpath run-dir mounted --run-dir "$run_dir"
 exit "$rc"

@@ -10,6 +10,7 @@ from csi_hostpath.core.naming import is_volume_id
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.volume_cli.args import run_dir_from
+from csi_hostpath.volume_cli.cli_errors import NO_DRIVER
 from csi_hostpath.volume_cli.records import CSI_NAME_PREFIX, RecordsError, RecordsFile
 
 
@@ -58,6 +59,20 @@ def existing_volume(store: Store, layout: PoolLayout, state: Path, name: str) ->
     if store.get_volume(found) is None and not layout.volume_file(found).exists():
         return None
     return found
+
+
+# The exit code of "no driver state here": `csi-hostpath volume`'s for "no driver found", so a
+# script sees one code for one situation, whichever command it ran.
+NO_STATE = NO_DRIVER
+
+
+def display_name(store: Store, volume_id: str) -> str:
+    """The name a person knows the volume by: the one `csi-hostpath volume` gave, else its CSI
+    name (a PVC's pvc-UID), else "-"."""
+    volume = store.get_volume(volume_id)
+    if volume is None or not volume.name:
+        return "-"
+    return volume.name.removeprefix(CSI_NAME_PREFIX)
 
 
 def no_state(state: Path) -> str:

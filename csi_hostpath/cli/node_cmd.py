@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from csi_hostpath.cli.lookup import no_state
+from csi_hostpath.cli.lookup import NO_STATE, no_state
 from csi_hostpath.core.nodeloss import DEFAULT_LOST_AFTER
 from csi_hostpath.daemon.config import DEFAULT_DRIVER_NAME
 from csi_hostpath.service.lost_volumes import forget_node, forgotten_nodes, lost_volumes
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace, dirs: Callable[[argparse.Namespace], tuple[Pat
     state_dir, pool_dir = dirs(args)
     if not (state_dir / "state.db").exists():
         print(no_state(state_dir), file=sys.stderr)
-        return 2
+        return NO_STATE
     layout = PoolLayout(pool_dir)
     store = Store(state_dir / "state.db")
     try:

@@ -34,21 +34,40 @@ def doctor_main(args: argparse.Namespace) -> int:
 
 def demo_main(args: argparse.Namespace) -> int:
     from csi_hostpath.cli.demo import run_demo
+    from csi_hostpath.cli.lookup import NO_STATE
+    from csi_hostpath.volume_cli.args import ENDPOINT_ENV, EndpointError, endpoint_url
 
     state_dir, pool_dir = state_dirs(args)
-    return run_demo(args.endpoint, state_dir, pool_dir, sys.stdout)
+    # As `csi-hostpath volume` finds it: the flag, $CSI_HOSTPATH_ENDPOINT, else the socket
+    # beside `make run`'s state.
+    given = args.endpoint or os.environ.get(ENDPOINT_ENV)
+    beside = state_dir.parent / "csi.sock"
+    if not given and not beside.exists():
+        print(
+            f"csi-hostpath demo: no driver socket at {beside}\n  next: start the driver "
+            "(`make run`), or pass --endpoint unix:///path/to/csi.sock",
+            file=sys.stderr,
+        )
+        return NO_STATE
+    try:
+        endpoint = endpoint_url(given) if given else f"unix://{beside}"
+    except EndpointError as e:
+        print(f"csi-hostpath demo: {e}", file=sys.stderr)
+        return 2
+    return run_demo(endpoint, state_dir, pool_dir, sys.stdout)
 
 
 def inspect_main(args: argparse.Namespace) -> int:
-    from csi_hostpath.cli.lookup import existing_volume, no_state, not_found
+    from csi_hostpath.cli.lookup import NO_STATE, existing_volume, no_state, not_found
     from csi_hostpath.service.inspect import as_json, inspect_volume, render_phases
     from csi_hostpath.store.db import Store
     from csi_hostpath.store.pool_layout import PoolLayout
+    from csi_hostpath.volume_cli.records import CSI_NAME_PREFIX
 
     state_dir, pool_dir = state_dirs(args)
     if not (state_dir / "state.db").exists():
         print(no_state(state_dir), file=sys.stderr)
-        return 2
+        return NO_STATE
     store = Store(state_dir / "state.db")
     layout = PoolLayout(pool_dir)
     try:
@@ -56,8 +75,15 @@ def inspect_main(args: argparse.Namespace) -> int:
         if volume_id is None:
             print(not_found(args.volume, state_dir), file=sys.stderr)
             return 3
+        volume = store.get_volume(volume_id)
+        made_here = volume is not None and volume.name.startswith(CSI_NAME_PREFIX)
         phases = inspect_volume(
-            store, layout, volume_id, args.node_grace, lost_after=args.node_lost_after
+            store,
+            layout,
+            volume_id,
+            args.node_grace,
+            lost_after=args.node_lost_after,
+            local_name=volume.name.removeprefix(CSI_NAME_PREFIX) if volume and made_here else "",
         )
     finally:
         store.close()
@@ -88,7 +114,7 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
 
 
 def ledger_main(args: argparse.Namespace) -> int:
-    from csi_hostpath.cli.lookup import no_state, not_found, volume_id
+    from csi_hostpath.cli.lookup import NO_STATE, display_name, no_state, not_found, volume_id
     from csi_hostpath.core.errors import DriverError
     from csi_hostpath.service.controller import PublishLedger
     from csi_hostpath.service.guard import InFlight
@@ -99,7 +125,7 @@ def ledger_main(args: argparse.Namespace) -> int:
     db_path = state_dir / "state.db"
     if not db_path.exists():
         print(no_state(state_dir), file=sys.stderr)
-        return 2
+        return NO_STATE
     store = Store(db_path)
     try:
         volume = getattr(args, "volume", "")
@@ -121,22 +147,35 @@ def ledger_main(args: argparse.Namespace) -> int:
                     str(p.generation),
                     _when(p.published_at),
                     _age(age),
+                    # Last: scripts read the columns before it by position.
+                    display_name(store, p.volume_id),
                 ]
                 for p, age in publications.holders(args.volume)
             ]
             print_table(
-                ["volume", "node", "mode", "readonly", "generation", "since", "heartbeat age"], rows
+                [
+                    "volume",
+                    "node",
+                    "mode",
+                    "readonly",
+                    "generation",
+                    "since",
+                    "heartbeat age",
+                    "name",
+                ],
+                rows,
             )
             return 0
         if args.ledger_command == "audit":
             print_table(
-                ["when", "actor", "action", "volume", "node", "generation", "reason"],
+                ["when", "actor", "action", "volume", "name", "node", "generation", "reason"],
                 [
                     [
                         _when(a.at),
                         a.actor,
                         a.action,
                         a.volume_id,
+                        display_name(store, a.volume_id),
                         a.node_id,
                         str(a.generation),
                         a.reason,

@@ -67,8 +67,9 @@ def _add_state_args(p: argparse.ArgumentParser, default: object = None) -> None:
         "--state-dir",
         type=Path,
         default=default,
+        # SUPPRESS is a (true) string: its copy looks for `make run`'s state like the group's.
         help=f"directory for the sqlite state (default {DEFAULT_STATE_DIR})"
-        if default
+        if default not in (None, argparse.SUPPRESS)
         else "directory for the sqlite state (default `make run`'s RUN_DIR/state when there is "
         f"one here or above, else {DEFAULT_STATE_DIR})",
     )
@@ -162,7 +163,12 @@ def _add_operator_commands(sub: Any) -> None:
 
     demo = sub.add_parser("demo", help="take a volume through every phase on a running driver")
     _add_state_args(demo)
-    demo.add_argument("--endpoint", required=True, help="the running driver's unix:// socket")
+    demo.add_argument(
+        "--endpoint",
+        default=None,
+        help="the running driver's socket: unix:///path.sock or its path (default "
+        "$CSI_HOSTPATH_ENDPOINT, else the csi.sock beside `make run`'s state)",
+    )
     from csi_hostpath.cli.node_cmd import add_node_parser
 
     add_node_parser(sub, _add_state_args, _positive_float)

@@ -82,6 +82,38 @@ def state_dir_held(state_dir: Path) -> bool:
     return False
 
 
+def lock_holder(state_dir: Path) -> int | None:
+    """The PID holding the state directory's lock, from /proc/locks (None: none, or unknown)."""
+    try:
+        inode = (state_dir / ".lock").stat().st_ino
+        locks = Path("/proc/locks").read_text()
+    except OSError:
+        return None
+    for line in locks.splitlines():
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 08:02:5678 0 EOF" ("->" marks a waiter: skip it)
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5].endswith(f":{inode}"):
+            return int(fields[4]) if fields[4].isdigit() else None
+    return None
+
+
+def report_running(run_dir: Path, out: TextIO) -> int:
+    """What a second `make run` says before it starts anything: that a driver already runs on
+    RUN_DIR, and where (1); 0 when none does."""
+    state = run_dir / "state"
+    if not state_dir_held(state):
+        return 0
+    pid = lock_holder(state)
+    who = f"pid {pid}, " if pid else ""
+    stop = f"Ctrl-C in its shell, or kill {pid}" if pid else "Ctrl-C in its shell"
+    out.write(
+        f"csi-hostpath: a driver is already running on {run_dir} ({who}socket "
+        f"{run_dir / 'csi.sock'}); use it from another shell (`csi-hostpath volume list` finds "
+        f"it from this checkout), or stop it first ({stop})\n"
+    )
+    return 1
+
+
 def in_use(run_dir: Path) -> list[str]:
     """What stops a removal: a driver running on the state, mounts below RUN_DIR, loop devices
     whose backing file is below it. Removing files under any of them destroys data in use."""
@@ -187,12 +219,17 @@ def add_run_dir_parser(sub: Any, run_dir_help: str) -> None:
         "remove", help="remove RUN_DIR with every local volume in it (refused while in use)"
     )
     rm.add_argument("--yes", action="store_true", help="don't ask (the list is printed still)")
-    for p in (mounted, rm):
+    running = rsub.add_parser(
+        "running", help="exit 1, saying where, if a driver already runs on RUN_DIR"
+    )
+    for p in (mounted, rm, running):
         p.add_argument("--run-dir", default=None, help=run_dir_help)
 
 
 def run(args: argparse.Namespace, run_dir: Path) -> int:
     if args.run_dir_command == "mounted":
         return report_mounted(run_dir, sys.stdout)
+    if args.run_dir_command == "running":
+        return report_running(run_dir, sys.stderr)
     ask = input if sys.stdin.isatty() else None
     return remove(run_dir, args.yes, sys.stdout, sys.stderr, ask)

@@ -135,11 +135,16 @@ def check_socket(endpoint: str, state_dir: Path, *, daemon_running: bool) -> Fin
                 "the daemon serves another --endpoint (compare its command line) or lost its "
                 "socket; restart it with this endpoint: the kubelet finds the driver only there",
             )
+        # `make run`'s layout (RUN_DIR/csi.sock beside RUN_DIR/state): start it the same way.
+        run_dir = state_dir.parent
+        start = (
+            f"start it: `make run` in the checkout (RUN_DIR={run_dir} if that is not its ./.run)"
+            if Path(path) == run_dir / "csi.sock" and state_dir.name == "state"
+            else f"start one: `csi-hostpath serve --endpoint {endpoint} --state-dir {state_dir} "
+            "...`"
+        )
         return Finding(
-            "socket",
-            "warn",
-            f"{path} does not exist: no daemon serves this endpoint",
-            f"start one: `csi-hostpath serve --endpoint {endpoint} --state-dir {state_dir} ...`",
+            "socket", "warn", f"{path} does not exist: no daemon serves this endpoint", start
         )
     if not stat.S_ISSOCK(st.st_mode):
         return Finding(

@@ -48,7 +48,10 @@ def inspect_volume(
     node_grace: float,
     now: float | None = None,
     lost_after: float = DEFAULT_LOST_AFTER,
+    local_name: str = "",
 ) -> list[Phase]:
+    """local_name: the name `csi-hostpath volume` gave the volume, when it made it: the next
+    steps are then that command's, not Kubernetes'."""
     now = time.time() if now is None else now
     volume = store.get_volume(volume_id) if is_volume_id(volume_id) else None
     backing = layout.volume_file(volume_id) if is_volume_id(volume_id) else None
@@ -102,12 +105,12 @@ def inspect_volume(
         )
     beats = {b.node_id: b for b in layout.heartbeats()}
     holders = store.publications(volume_id=volume_id)
-    phases.append(_attached(volume_id, holders, beats, node_grace, now))
+    phases.append(_attached(volume_id, holders, beats, node_grace, now, local_name))
 
     staged_on = {n: b.volumes[volume_id] for n, b in beats.items() if volume_id in b.volumes}
     holder_ids = {p.node_id: p for p in holders}
-    phases.append(_staged(volume_id, holder_ids, staged_on, beats, node_grace, now))
-    phases.append(_published(staged_on))
+    phases.append(_staged(volume_id, holder_ids, staged_on, beats, node_grace, now, local_name))
+    phases.append(_published(staged_on, local_name))
 
     lost = [(n, v["abnormal"]) for n, v in sorted(staged_on.items()) if v.get("abnormal")]
     if lost:
@@ -142,6 +145,7 @@ def _attached(
     beats: dict[str, Heartbeat],
     node_grace: float,
     now: float,
+    local_name: str = "",
 ) -> Phase:
     if not holders:
         return Phase(
@@ -149,7 +153,9 @@ def _attached(
             PENDING,
             "no node holds it",
             "not published: nothing has asked for it on a node yet",
-            "the CO publishes it when a pod using it is scheduled (VolumeAttachment)",
+            f"mount it: csi-hostpath volume mount {local_name} ./{local_name}"
+            if local_name
+            else "the CO publishes it when a pod using it is scheduled (VolumeAttachment)",
         )
     parts, silent = [], []
     for p in holders:
@@ -186,6 +192,7 @@ def _staged(
     beats: dict[str, Heartbeat],
     node_grace: float,
     now: float,
+    local_name: str = "",
 ) -> Phase:
     unclaimed = [n for n, v in sorted(staged_on.items()) if v.get("unclaimed")]
     if unclaimed:
@@ -229,6 +236,15 @@ def _staged(
             f"{silent[0]} is silent, so what it has mounted is unknown",
             "see the attached row",
         )
+    if local_name:
+        return Phase(
+            "staged",
+            PENDING,
+            f"attached to {', '.join(waiting)}, not staged",
+            f"waiting for NodeStageVolume on {waiting[0]}: a `csi-hostpath volume mount` that "
+            "did not finish",
+            f"run it again: csi-hostpath volume mount {local_name} PATH",
+        )
     return Phase(
         "staged",
         PENDING,
@@ -239,18 +255,24 @@ def _staged(
     )
 
 
-def _published(staged_on: dict[str, dict[str, Any]]) -> Phase:
+def _published(staged_on: dict[str, dict[str, Any]], local_name: str = "") -> Phase:
     targets = [(n, t) for n, v in sorted(staged_on.items()) for t in v.get("targets", [])]
     busy = [(n, p, b) for n, v in sorted(staged_on.items()) for p, b in v.get("busy", {}).items()]
     if busy:
         n, path, b = busy[0]
         why = b.get("held_by") or "busy, and no process was found (a mount beneath it?)"
+        beneath = str(why).endswith("mounted beneath it")
         return Phase(
             "published",
             STUCK,
             "; ".join(f"{n}: {t}" for n, t in targets) or "no target path",
             f"{path} on {n} can't be released: {why}",
-            "stop those processes (or the pod that runs them); the kubelet retries the unmount",
+            "unmount what is mounted beneath it, then retry the unmount"
+            if beneath
+            else f"stop those processes, then csi-hostpath volume unmount {path} again"
+            if local_name
+            else "stop those processes (or the pod that runs them); the kubelet retries the "
+            "unmount",
         )
     if targets:
         return Phase("published", OK, "; ".join(f"{n}: {t}" for n, t in targets))
@@ -261,7 +283,9 @@ def _published(staged_on: dict[str, dict[str, Any]]) -> Phase:
             PENDING,
             f"staged on {node}, no target path",
             "waiting for NodePublishVolume (a pod starting on that node)",
-            "if the pod sits in ContainerCreating, read its events: the cause may be another "
+            f"mount it: csi-hostpath volume mount {local_name} PATH"
+            if local_name
+            else "if the pod sits in ContainerCreating, read its events: the cause may be another "
             "of its volumes, not this one",
         )
     return Phase("published", PENDING, "not published", "it is not staged yet")

@@ -63,6 +63,7 @@ def list_volumes(ctx: Context, args: argparse.Namespace) -> int:
         if vid not in known
     ]
     items = []
+    behind: list[str] = []
     for vol in [*sorted(records.volumes.values(), key=lambda v: v.name), *strangers]:
         entry = listed.get(vol.volume_id)
         item = volume_json(vol)
@@ -90,9 +91,14 @@ def list_volumes(ctx: Context, args: argparse.Namespace) -> int:
                 ),
                 "NodeGetVolumeStats",
             )
-            item["used_bytes"] = next(
-                (u.used for u in stats.usage if u.unit == pb.VolumeUsage.BYTES), None
-            )
+            in_bytes = [u for u in stats.usage if u.unit == pb.VolumeUsage.BYTES]
+            item["used_bytes"] = in_bytes[0].used if in_bytes else None
+            if vol.fs_behind and in_bytes and in_bytes[0].total:
+                behind.append(
+                    f"{vol.name}: {format_bytes(item['capacity_bytes'])}, but its mounted "
+                    f"filesystem is {format_bytes(in_bytes[0].total)} (what df shows) until it is "
+                    f"mounted again: unmount {vol.mounts[0].path} and mount it again"
+                )
             if stats.volume_condition.abnormal:
                 health = {"abnormal": True, "message": stats.volume_condition.message}
         item["health"] = health
@@ -114,7 +120,7 @@ def list_volumes(ctx: Context, args: argparse.Namespace) -> int:
         if rows
         else "no volumes; create one with `csi-hostpath volume create NAME --size 1Gi`"
     )
-    ctx.out.result(items, human)
+    ctx.out.result(items, "\n".join([human, *behind]))
     return 0
 
 

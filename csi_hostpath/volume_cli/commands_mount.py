@@ -15,11 +15,11 @@ from pathlib import Path
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.system.base import held_by
 from csi_hostpath.system.holders import holders_of_path
-from csi_hostpath.volume_cli.cli_errors import BUSY, EXISTS, FAILED, NOT_FOUND, CliError
+from csi_hostpath.volume_cli.cli_errors import BUSY, EXISTS, FAILED, NOT_FOUND, USAGE, CliError
 from csi_hostpath.volume_cli.client import capability
 from csi_hostpath.volume_cli.commands_volume import release
 from csi_hostpath.volume_cli.context import Context, absolute, volume_named
-from csi_hostpath.volume_cli.kernel import loop_volume, mount_source
+from csi_hostpath.volume_cli.kernel import loop_volume, mount_source, mounts_below
 from csi_hostpath.volume_cli.records import MountRecord, Records, VolumeRecord
 
 
@@ -62,6 +62,13 @@ def mount(ctx: Context, args: argparse.Namespace) -> int:
                 f"{path} is already a mount point ({source} is mounted there)",
                 "pick an empty path that nothing is mounted on",
             )
+        elif hidden := _would_hide(path):
+            raise CliError(
+                EXISTS,
+                f"{path} holds {hidden}: the mount would hide them until it is unmounted",
+                f"mount on an empty directory or a new path (`csi-hostpath volume mount "
+                f"{vol.name} ./{vol.name}`), or move them out first",
+            )
         driver = ctx.driver
         cap = capability(vol.fs, vol.mode, driver.single_node_multi_writer())
         readonly = args.read_only or vol.mode == "rox"
@@ -71,6 +78,7 @@ def mount(ctx: Context, args: argparse.Namespace) -> int:
             if not vol.staging_path:
                 _stage(ctx, vol, cap)
                 staged_now = True
+                vol.fs_behind = False  # the stage grew the filesystem to the volume
             driver.call(
                 driver.node.NodePublishVolume,
                 pb.NodePublishVolumeRequest(
@@ -226,11 +234,52 @@ def _let_go_of(path: str) -> None:
                 os.close(int(name))
 
 
+def _would_hide(path: str) -> str:
+    """What a mount on path would hide, as "3 entries (a, b, c)", or "": a directory's entries,
+    or a file's bytes (a block volume's bind)."""
+    if os.path.islink(path):
+        return ""  # the driver refuses a symlink with its own reason
+    try:
+        if os.path.isfile(path):
+            size = os.path.getsize(path)
+            return f"{size} bytes" if size else ""
+        entries = sorted(os.listdir(path)) if os.path.isdir(path) else []
+    except OSError:
+        return ""
+    if not entries:
+        return ""
+    shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+    return f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'} ({shown})"
+
+
+def _by_name(records: Records, name: str) -> tuple[VolumeRecord, MountRecord] | None:
+    """The one mount of the volume named NAME (`unmount data`, said as `mount data ./x` was);
+    refused, naming each path, when there are several."""
+    vol = records.volumes.get(name)
+    if vol is None:
+        return None
+    if not vol.mounts:
+        raise CliError(NOT_FOUND, f"volume {name} is not mounted", "nothing to unmount")
+    if len(vol.mounts) > 1:
+        raise CliError(
+            USAGE,
+            f"{name} is mounted at {len(vol.mounts)} places",
+            "name the one to unmount: "
+            + "; ".join(f"csi-hostpath volume unmount {m.path}" for m in vol.mounts),
+        )
+    return vol, vol.mounts[0]
+
+
 def unmount(ctx: Context, args: argparse.Namespace) -> int:
     path = absolute(args.path)
     _let_go_of(path)
     with ctx.records.locked() as records:
         held = records.mount_at(path) or _adopt(records, path, ctx.records.staging_path)
+        if held is None and not os.path.lexists(path):
+            held = _by_name(records, args.path)
+            if held is not None:
+                path = held[1].path
+                _let_go_of(path)
         if held is None:
             source = mount_source(path)
             detail = (
@@ -258,6 +307,10 @@ def unmount(ctx: Context, args: argparse.Namespace) -> int:
                     e.message += f" ({who})"
                 if who or "held by" in e.message:
                     e.next_step = "stop those processes (or cd out of the path), then unmount again"
+                elif below := [p for p, _ in mounts_below(path) if p != path]:
+                    inner = records.mount_at(below[0])
+                    how = "csi-hostpath volume unmount" if inner else "umount"
+                    e.next_step = f"unmount it first ({how} {below[0]}), then unmount {path}"
             raise
         vol.mounts.remove(m)
         _after_unpublish(m, vol.fs)

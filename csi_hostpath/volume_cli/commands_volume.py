@@ -55,7 +55,27 @@ def _rounded(asked: int, got: int, fs: str) -> str:
         why = "a volume is a whole number of MiB"
     else:
         why = "the driver's rounding"
-    return f"asked for {describe_bytes(asked)}: rounded up to {format_bytes(got)}, {why}"
+    if format_bytes(asked) != format_bytes(got):
+        figures = f"{describe_bytes(asked)}: rounded up to {format_bytes(got)}"
+    else:  # "9.3Gi: rounded up to 9.3Gi" said nothing: the figures in MiB, and the bytes
+        figures = f"{asked / MiB:.1f}Mi ({asked} bytes): rounded up to {got // MiB}Mi ({got} bytes)"
+    return f"asked for {figures}, {why}{_decimal_unit(asked)}"
+
+
+_DECIMAL_UNITS = (("T", 12, "Ti"), ("G", 9, "Gi"), ("M", 6, "Mi"), ("k", 3, "Ki"))
+
+
+def _decimal_unit(asked: int) -> str:
+    """Where a size is a whole number of a decimal unit (10G) but not of MiB, the unit was
+    likely meant binary: say which is which."""
+    if asked % MiB == 0:
+        return ""
+    for unit, power, binary in _DECIMAL_UNITS:
+        if asked % 10**power == 0:
+            n = asked // 10**power
+            binary_power = power // 3 * 10
+            return f"; {unit} is decimal (10^{power} bytes): {n}{binary} is {n} x 2^{binary_power}"
+    return ""
 
 
 def create(ctx: Context, args: argparse.Namespace) -> int:
@@ -211,6 +231,7 @@ def expand(ctx: Context, args: argparse.Namespace) -> int:
                     raise
                 # The volume is bigger; only its mounted filesystem is not (yet): not a failure.
                 state = "on-next-mount"
+                vol.fs_behind = True
                 note = f"the filesystem stays at its old size while mounted: {e.message}"
     human = f"expanded {args.name} to {format_bytes(vol.capacity_bytes)}"
     if state == "on-next-mount":

@@ -51,6 +51,9 @@ class VolumeRecord:
     staging_path: str = ""  # set while staged (while at least one mount exists)
     publish_context: dict[str, str] = field(default_factory=dict)
     mounts: list[MountRecord] = field(default_factory=list)
+    # Grown while mounted, but the mounted filesystem could not grow (no CAP_SYS_RESOURCE):
+    # df shows the old size until the next stage grows it; `list` says so.
+    fs_behind: bool = False
 
 
 @dataclass

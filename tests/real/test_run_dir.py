@@ -5,13 +5,15 @@ mounted, and the driver's stop says what is still mounted."""
 from __future__ import annotations
 
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests import helpers as h
 from tests.kernel import loops_backed_under, mounts_under, released_after_teardown
-from tests.make_run import MakeRun, checkout_copy, make_in, make_run_session
+from tests.make_run import REPO, MakeRun, checkout_copy, make_in, make_run_session
 from tests.volume_cli_runner import Cli
 
 
@@ -74,3 +76,33 @@ def test_sigint_to_makes_own_pid_stops_the_driver(session: tuple[Cli, MakeRun]) 
     stopped = run.stop(signal.SIGINT)  # make alone: not its process group
     assert "still mounted" not in stopped
     assert loops_backed_under(run.run_dir) == []
+
+
+def test_a_second_make_run_says_that_a_driver_runs_and_where(
+    session: tuple[Cli, MakeRun],
+) -> None:
+    cli, run = session
+    run.start()
+    cli.json("create", "v", "--size", "32Mi")
+    cli.json("mount", "v", "./v")
+    try:
+        second = subprocess.run(
+            ["make", "-s", "-C", str(REPO), "run", f"RUN_DIR={run.run_dir}", "NODE_ID=node-a"],
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=300,
+            check=False,
+        )
+        said = second.stdout + second.stderr
+        assert second.returncode != 0
+        # Not the stop of a driver that never started, nor advice about --state-dir.
+        assert "the driver stopped" not in said and "--state-dir" not in said, said
+        assert f"a driver is already running on {run.run_dir}" in said, said
+        assert f"socket {run.run_dir / 'csi.sock'}" in said
+        assert "pid " in said
+        assert h.mounted(cli.root / "v")  # the first driver still serves its mount
+    finally:
+        cli("unmount", "./v", ok=False)
+    cli.json("delete", "v")
+    assert "still mounted" not in run.stop(signal.SIGTERM)

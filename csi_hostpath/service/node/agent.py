@@ -63,6 +63,13 @@ class NodeAgent:
         """Report one volume as it is now (staged, targets, or gone): one small file, written
         by the RPC that changed it, so another node waiting for this one to let go sees it at
         once. Nothing else is read or rewritten, and no store lock is held while writing."""
+        if self.mounts.forget_released():
+            # Another volume's busy path is free now (this one was mounted beneath it): its
+            # entry is rewritten before this RPC answers, so inspect right after agrees.
+            try:
+                self.beat()
+            except OSError:
+                self._beat_soon.set()
         staged = self.store.get_staging(volume_id)
         # Left in place for the CO's NodeUnstage, which has now taken it down: once its device
         # is gone nothing is left in place, and listing it would stop the next node's stage.
@@ -241,6 +248,8 @@ class NodeAgent:
                     next_fence = now + self.config.fence_interval
                     self.fence_revoked()
                     self._after_fence_pass()
+                    if self.mounts.forget_released():  # its holders exited
+                        self.beat()
             except Exception:
                 log.exception("heartbeat/fence pass failed; trying again next interval")
                 self._stop.wait(tick)

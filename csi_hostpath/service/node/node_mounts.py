@@ -94,8 +94,10 @@ class NodeMounts:
         try:
             self.system.mounts.unmount(path, lazy=lazy)
         except ResourceBusy as e:
-            who = held_by(self.system.mounts.holders(path))
+            who = held_by(self.system.mounts.holders(path)) or self.mounted_beneath(path)
             self.note_busy(path, who)
+            if who.endswith("beneath it"):
+                raise TargetBusy(f"{path} is busy: {who}; unmount that first, then retry") from e
             if who:
                 raise TargetBusy(
                     f"{path} is busy: {who}; retry once they let go of it (stop them, or cd "
@@ -106,6 +108,39 @@ class NodeMounts:
                 "another mount sits beneath it; retry once it is released"
             ) from e
         self.busy.pop(path, None)
+
+    def mounted_beneath(self, path: str) -> str:
+        """ "P is mounted beneath it" for the first mount below path (what keeps an unmount
+        busy when no process holds the filesystem), or ""."""
+        inside = path.rstrip("/") + "/"
+        below = [
+            m.mount_point for m in self.system.mounts.list() if m.mount_point.startswith(inside)
+        ]
+        if not below:
+            return ""
+        more = f" (and {len(below) - 1} more)" if len(below) > 1 else ""
+        return f"{below[0]}{more} is mounted beneath it"
+
+    def forget_released(self) -> bool:
+        """Drop the busy notes whose cause has gone (the mount beneath unmounted, the holders
+        exited, the path unmounted some other way); True if any went. Nothing retries the
+        unmount of a path its user now wants to keep, so without this a note outlived its cause
+        and inspect called the volume stuck until the driver restarted."""
+        if not self.busy:
+            return False
+        points = [m.mount_point for m in self.system.mounts.list()]
+        gone = [
+            path
+            for path in self.busy
+            if path not in points
+            or not (
+                any(p.startswith(path.rstrip("/") + "/") for p in points)
+                or self.system.mounts.holders(path)
+            )
+        ]
+        for path in gone:
+            self.busy.pop(path, None)
+        return bool(gone)
 
     def note_busy(self, path: str, who: str) -> None:
         log.warning("%s is busy: %s", path, who or "no process found; a mount beneath it?")
