@@ -156,3 +156,15 @@ def test_the_installed_executable_is_the_plugin(tmp_path: Path) -> None:
         )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["blocking"]["code"] == "pod-waits-for-secret"
+
+
+def test_the_readmes_example_is_what_the_plugin_prints_for_its_fixture(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    start = readme.index("$ kubectl csi-hostpath why pod/waits -n shop\n")
+    shown = readme[start : readme.index("```\n", start)].splitlines()[1:]
+    case = next(c for c in CASES if c.name == "missing-secret")
+    with serving(FakeCluster(case.objects, case.ledger), tmp_path) as kubeconfig:
+        code, out, _ = _why(capsys, case.ask, "-n", "shop", "--kubeconfig", str(kubeconfig))
+    assert code == 0 and out.splitlines() == shown
