@@ -93,7 +93,10 @@ class Reader:
     def ledger_view(self, route: dict[str, Any] | None, handle: str, node: str) -> Obj:
         """The driver's view of one volume, or {"error": why it could not be read}."""
         if route is None:
-            return {"error": "the CSIDriver names no ledger view (chart value why.enabled)"}
+            return {
+                "error": "its CSIDriver names no ledger view (the csi-hostpath chart names it "
+                "when why.enabled and metrics.enabled are on; another driver has none)"
+            }
         ns, port = str(route["namespace"]), str(route.get("port") or "metrics")
         try:
             if route.get("service"):
@@ -218,10 +221,15 @@ def gather(
             field_selector=f"spec.nodeName={other}",
         )
         pods += [p for p in on_node if kf.uid(p) not in seen and kf.uid(p) != kf.uid(pod)]
-    events = {
-        kf.uid(o): r.events(o)
-        for o in [*([pod] if pod else []), *claims.values(), *own.values(), *attachments]
-    }
+    involved_objects = [
+        *([pod] if pod else []),
+        *claims.values(),
+        *classes.values(),
+        *own.values(),
+        *attachments,
+        *csinodes.values(),
+    ]
+    events = {kf.uid(o): r.events(o) for o in involved_objects}
     return Observed(
         namespace=namespace,
         pod=pod,

@@ -33,13 +33,14 @@ from tests.cluster.e2e.why_plugin import (
 
 NS = "e2e-q"
 SHADOW = f"{NS}-shadow"
-# What the plugin's user must not be able to do.
+# What the plugin's user must not be able to do (`kubectl auth can-i` arguments).
 WRITES_AND_SECRETS = (
     ("create", "pods"),
+    ("create", "pods", "--subresource=exec"),
     ("delete", "persistentvolumeclaims"),
     ("get", "secrets"),
     ("patch", "volumeattachments"),
-    ("create", "pods/exec"),
+    ("watch", "pods"),
 )
 
 
@@ -90,8 +91,8 @@ def why_cases(ctx: Ctx) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="e2e-q-"))
     try:
         reader = Reader(ctx, workdir)
-        for verb, what in WRITES_AND_SECRETS:
-            expect(f"the reader can't {verb} {what}", reader.can(verb, what) == "no")
+        for refused in WRITES_AND_SECRETS:
+            expect(f"the reader can't {' '.join(refused)}", reader.can(*refused) == "no")
         expect("the reader can list pods everywhere", reader.can("list", "pods", "-A") == "yes")
         _first_consumer_and_capacity(ctx, reader)
         _secret_then_healthy(ctx, reader)
