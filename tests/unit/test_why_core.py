@@ -5,7 +5,9 @@ view can't be read."""
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
+from collections.abc import Callable
 
 import pytest
 
@@ -14,7 +16,7 @@ from csi_hostpath.core.kube_fields import Obj
 from csi_hostpath.core.why_blocker import diagnose
 from csi_hostpath.core.why_model import DONE, FAILED, SCHEMA, WAITING, Observed, as_json
 from tests.unit.why_cases import CASES, NOW, Case
-from tests.unit.why_shapes import LEDGER, NS
+from tests.unit.why_shapes import LEDGER, NS, event, node, pod
 
 
 def observed(case: Case, ledger: dict[str, Obj] | None = None) -> Observed:
@@ -174,3 +176,64 @@ def test_a_claim_no_pod_uses_is_explained_by_itself() -> None:
     d = diagnose(observed(lonely))
     assert d.kind == "pvc" and d.blocker.code == "no-consumer"
     assert "no pod uses it" in d.blocker.reason
+
+
+def _variant(name: str, change: Callable[[list[Obj], dict[str, Obj]], None]) -> Observed:
+    base = next(c for c in CASES if c.name == name)
+    objects, ledger = copy.deepcopy(base.objects), copy.deepcopy(base.ledger)
+    change(objects, ledger)
+    return observed(Case(base.name, base.ask, base.code, (), objects, ledger))
+
+
+def _of(objects: list[Obj], kind: str, name: str) -> Obj:
+    return next(o for o in objects if o["kind"] == kind and kf.name(o) == name)
+
+
+def test_a_live_holder_is_kubernetes_own_multi_attach_not_a_bet() -> None:
+    def alive(objects: list[Obj], ledger: dict[str, Obj]) -> None:
+        objects[:] = [o for o in objects if not (o["kind"] == "Node" and kf.name(o) == "w1")]
+        objects.append(node("w1"))
+        for h in next(iter(ledger.values()))["holders"]:
+            h.update(heartbeat_age_seconds=1.0, silent=False)
+
+    b = diagnose(_variant("holder-gone", alive)).blocker
+    assert b.code == "multi-attach" and not b.risk
+    assert "attached to node w1 for pod shop/doomed" in b.reason
+
+
+def test_a_node_without_the_plugin_registered() -> None:
+    def unregistered(objects: list[Obj], ledger: dict[str, Obj]) -> None:
+        _of(objects, "CSINode", "w1")["spec"]["drivers"] = []
+        objects[:] = [o for o in objects if o["kind"] != "VolumeAttachment"]
+        ledger.clear()
+
+    b = diagnose(_variant("missing-secret", unregistered)).blocker
+    assert b.code == "driver-not-on-node" and "node w1 has no loop.hostpath.csi.dev" in b.reason
+
+
+def test_a_failed_stage_quotes_the_kubelet() -> None:
+    said = (
+        'MountVolume.MountDevice failed for volume "pvc-w" : rpc error: code = Internal desc = '
+        "mkfs failed"
+    )
+
+    def unstaged(objects: list[Obj], ledger: dict[str, Obj]) -> None:
+        web = _of(objects, "Pod", "web")
+        web["status"] = pod("web", [("data", "data")], "w1", 20)["status"]
+        objects.append(event(web, "FailedMount", said, 590))
+        next(iter(ledger.values()))["stagings"] = []
+
+    b = diagnose(_variant("healthy", unstaged)).blocker
+    assert b.code == "stage-failed" and b.reason.endswith("failed: mkfs failed")
+
+
+def test_a_container_that_can_not_start_is_the_containers_reason() -> None:
+    def no_image(objects: list[Obj], ledger: dict[str, Obj]) -> None:
+        web = _of(objects, "Pod", "web")
+        web["status"] = pod(
+            "web", [("data", "data")], "w1", 20, waiting=("ImagePullBackOff", "Back-off pulling")
+        )["status"]
+
+    b = diagnose(_variant("healthy", no_image)).blocker
+    assert b.code == "pod-not-running"
+    assert "container app waits: ImagePullBackOff (Back-off pulling)" in b.reason
