@@ -234,12 +234,22 @@ def expand(ctx: Context, args: argparse.Namespace) -> int:
                 vol.fs_behind = True
                 note = f"the filesystem stays at its old size while mounted: {e.message}"
     human = f"expanded {args.name} to {format_bytes(vol.capacity_bytes)}"
+    # A block volume has no filesystem: the node step grows its loop device, nothing on it.
+    block = vol.fs == "block"
     if state == "on-next-mount":
-        human += "; the filesystem grows on its next mount"
+        human += (
+            "; the block device has the new size from its next mount"
+            if block
+            else "; the filesystem grows on its next mount"
+        )
         if vol.mounts:
             human += f" (unmount {vol.mounts[0].path} and mount it again)"
     elif state == "grown":
-        human += f"; the filesystem grew online at {vol.mounts[0].path}"
+        human += (
+            f"; the block device at {vol.mounts[0].path} grew online"
+            if block
+            else f"; the filesystem grew online at {vol.mounts[0].path}"
+        )
     if note:
         ctx.out.note(note)
     ctx.out.result(

@@ -118,6 +118,22 @@ def test_delete_of_a_volume_mounted_twice_names_both_unmounts(cli: Cli) -> None:
     cli.json("delete", "v")
 
 
+def test_expand_of_a_block_volume_speaks_of_its_device_not_a_filesystem(cli: Cli) -> None:
+    blk = cli.root / "blk"
+    cli.json("create", "b", "--fs", "block", "--size", "32Mi")
+    cli.json("mount", "b", str(blk))
+    try:
+        online = cli("expand", "b", "--size", "64Mi").out
+        assert f"the block device at {blk} grew online" in online, online
+        assert "filesystem" not in online, online
+    finally:
+        cli("unmount", str(blk), ok=False)
+    later = cli("expand", "b", "--size", "96Mi").out
+    assert "the block device has the new size from its next mount" in later, later
+    assert "filesystem" not in later, later
+    cli.json("delete", "b")
+
+
 @pytest.fixture
 def make_run(workdir: Path) -> Iterator[tuple[Cli, MakeRun]]:
     """`make run` in a checkout-like directory, and a shell in a subdirectory of it with no
