@@ -92,7 +92,10 @@ def list_volumes(ctx: Context, args: argparse.Namespace) -> int:
                 "NodeGetVolumeStats",
             )
             in_bytes = [u for u in stats.usage if u.unit == pb.VolumeUsage.BYTES]
-            item["used_bytes"] = in_bytes[0].used if in_bytes else None
+            # A raw block device has no filesystem to count what is used: the driver reports
+            # its size alone (used 0), which would read as empty. Its allocated bytes are known.
+            if in_bytes and vol.fs != "block":
+                item["used_bytes"] = in_bytes[0].used
             if vol.fs_behind and in_bytes and in_bytes[0].total:
                 behind.append(
                     f"{vol.name}: {format_bytes(item['capacity_bytes'])}, but its mounted "
