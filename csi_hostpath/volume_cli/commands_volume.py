@@ -10,10 +10,11 @@ from contextlib import suppress
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.core.access import MIN_SIZE, MiB
-from csi_hostpath.volume_cli.cli_errors import BUSY, EXISTS, NOT_FOUND, USAGE, CliError
+from csi_hostpath.volume_cli.cli_errors import CliError
 from csi_hostpath.volume_cli.client import capability
 from csi_hostpath.volume_cli.context import Context, volume_named
 from csi_hostpath.volume_cli.copywatch import CopyWatch
+from csi_hostpath.volume_cli.exit_codes import BUSY, EXISTS, NOT_FOUND, USAGE
 from csi_hostpath.volume_cli.output import volume_json
 from csi_hostpath.volume_cli.records import Records, VolumeRecord
 from csi_hostpath.volume_cli.sizes import describe_bytes, format_bytes
