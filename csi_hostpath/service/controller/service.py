@@ -92,6 +92,11 @@ class ControllerService:
         )
 
     # ----- helpers -----
+    def shared_lookups(self) -> AbstractContextManager[None]:
+        """The scope of one RPC's body: where the kernel can't name one mount (no statmount(2)),
+        the mount lookups inside share one read of mountinfo (the system's Mounts)."""
+        return self.system.mounts.shared_lookups()
+
     def _topology(self, volume: Volume) -> list[dict[str, str]]:
         if self.config.pool_scope == PoolScope.LOCAL and volume.node_id:
             return [{self.config.topology_key: volume.node_id}]
