@@ -144,7 +144,7 @@ class NodeServicer(pb_grpc.NodeServicer):
                 max_volumes_per_node=volume_limit(
                     self.service.system.loop,
                     self.service.node_id,
-                    self.service.config.max_volumes_per_node,
+                    self.service.ctx.max_volumes_per_node,
                 ),
             )
             if topology:

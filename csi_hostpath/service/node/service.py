@@ -37,21 +37,20 @@ from csi_hostpath.core.model import (
     NodeStaging,
 )
 from csi_hostpath.core.naming import is_volume_id, loop_tag, node_key
-from csi_hostpath.daemon.config import Config, PoolScope
-from csi_hostpath.service.guard import InFlight
+from csi_hostpath.daemon.config import Config
 from csi_hostpath.service.node._log import log
 from csi_hostpath.service.node.adopt import Unclaimed
 from csi_hostpath.service.node.agent import NodeAgent
 from csi_hostpath.service.node.freeze import Freezes
 from csi_hostpath.service.node.freeze_server import FreezeServer
 from csi_hostpath.service.node.inline import InlineVolumes
+from csi_hostpath.service.node.node_context import NodeContext
 from csi_hostpath.service.node.node_mounts import NodeMounts
 from csi_hostpath.service.node.paths import DriverDirs, check_path, mounted_at
 from csi_hostpath.service.node.repair import NodeRepair
 from csi_hostpath.service.node.stats import StagedVolumes, VolumeStats
 from csi_hostpath.service.node.tuning import NodeTuning
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.freeze_channel import FreezeChannel
 from csi_hostpath.store.mutable_records import MutableRecords
 from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.base import System
@@ -59,41 +58,27 @@ from csi_hostpath.system.base import System
 
 class NodeService:
     def __init__(self, config: Config, store: Store, system: System, layout: PoolLayout) -> None:
-        self.config = config
-        self.node_id = config.node_id
+        ctx = self.ctx = NodeContext.from_config(config, store, system, layout)
+        self.node_id = ctx.node_id
         self.store = store
         self.system = system
         self.layout = layout
-        self.inflight = InFlight()
+        self.inflight = ctx.inflight
         # Each job in its own part; NodeService keeps the RPC use-cases and wires them together.
-        self.mounts = NodeMounts(
-            self.node_id, store, system, layout, config.state_dir / "ephemeral"
-        )
-        self.inline = InlineVolumes(config, store, system, self.mounts, self.inflight)
+        self.mounts = NodeMounts(ctx)
+        self.inline = InlineVolumes(ctx, self.mounts)
         self.unclaimed = Unclaimed()
-        self.agent = NodeAgent(
-            config, store, system, layout, self.mounts, self.inflight, self.unclaimed
-        )
+        self.agent = NodeAgent(ctx, self.mounts, self.unclaimed)
         # Freeze records in the pool: they must outlive a lost state directory.
         frozen = layout.root / "frozen" / node_key(self.node_id)
-        self.freezes = Freezes(config.state_dir, system, config.max_freeze_seconds, frozen)
+        self.freezes = Freezes(ctx.state_dir, system, ctx.max_freeze_seconds, frozen)
         # Freezes asked for by a controller in another process, through the pool.
-        self.freeze_server = FreezeServer(
-            self.node_id, store, system, FreezeChannel(layout.root), self.freezes, self.inflight
-        )
-        self.repair = NodeRepair(
-            self.node_id, store, system, layout, self.mounts, self.inline, self.agent,
-            self.unclaimed,
-        )  # fmt: skip
-        self.tuning = NodeTuning(MutableRecords(layout.root), system.io, config.state_dir)
-        self.volumes = StagedVolumes(
-            self.node_id, store, system, layout, self.mounts, self.inline, self.freezes,
-            self.inflight, config.max_freeze_seconds / 2,
-        )  # fmt: skip
+        self.freeze_server = FreezeServer(ctx, self.freezes)
+        self.repair = NodeRepair(ctx, self.mounts, self.inline, self.agent, self.unclaimed)
+        self.tuning = NodeTuning(MutableRecords(layout.root), system.io, ctx.state_dir)
+        self.volumes = StagedVolumes(ctx, self.mounts, self.inline, self.freezes)
         # Where the CO's staging and target paths may never resolve to (paths.py).
-        self.paths = DriverDirs(
-            {"state directory": config.state_dir, "pool directory": config.pool_dir}
-        )
+        self.paths = DriverDirs({"state directory": ctx.state_dir, "pool directory": ctx.pool_dir})
 
     @property
     def ephemeral_dir(self) -> Path:
@@ -397,6 +382,4 @@ class NodeService:
         return self.volumes.stats(volume_id, volume_path)
 
     def accessible_topology(self) -> dict[str, str]:
-        if self.config.pool_scope == PoolScope.LOCAL:
-            return {self.config.topology_key: self.node_id}
-        return {}
+        return dict(self.ctx.topology)
