@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from csi_hostpath.core import access, ledger_rules
+from csi_hostpath.core.conditions import Problem
 from csi_hostpath.core.context_keys import (
     ACCESS_TYPE_KEY,
     EPHEMERAL_KEY,
@@ -44,6 +45,7 @@ from csi_hostpath.service.node.agent import NodeAgent
 from csi_hostpath.service.node.freeze import Freezes
 from csi_hostpath.service.node.freeze_server import FreezeServer
 from csi_hostpath.service.node.inline import InlineVolumes
+from csi_hostpath.service.node.limit import NodeInfo, volume_limit
 from csi_hostpath.service.node.node_context import NodeContext
 from csi_hostpath.service.node.node_mounts import NodeMounts
 from csi_hostpath.service.node.paths import DriverDirs, check_path, mounted_at
@@ -79,10 +81,6 @@ class NodeService:
         self.volumes = StagedVolumes(ctx, self.mounts, self.inline, self.freezes)
         # Where the CO's staging and target paths may never resolve to (paths.py).
         self.paths = DriverDirs({"state directory": ctx.state_dir, "pool directory": ctx.pool_dir})
-
-    @property
-    def ephemeral_dir(self) -> Path:
-        return self.mounts.ephemeral_dir
 
     # ----- the background agent and reconcile, for the server -----
     def beat(self) -> None:
@@ -374,12 +372,25 @@ class NodeService:
             log.info("unpublished %s from %s", volume_id, target_path)
             self.inline.delete_if_unpublished(volume_id, resolved)
 
-    # ----- expansion and stats -----
+    # ----- expansion, stats and health -----
     def expand(self, volume_id: str, volume_path: str, required_bytes: int) -> int:
         return self.volumes.expand(volume_id, volume_path, required_bytes)
 
     def stats(self, volume_id: str, volume_path: str) -> VolumeStats:
         return self.volumes.stats(volume_id, volume_path)
 
-    def accessible_topology(self) -> dict[str, str]:
-        return dict(self.ctx.topology)
+    def health(self, volume_id: str, publish_path: str, staging_path: str) -> list[Problem]:
+        return self.volumes.health(volume_id, publish_path, staging_path)
+
+    def storage_health(self) -> list[Problem]:
+        return self.volumes.storage_health()
+
+    # ----- NodeGetInfo, and the scope of an RPC -----
+    def node_info(self) -> NodeInfo:
+        limit = volume_limit(self.system.loop, self.node_id, self.ctx.max_volumes_per_node)
+        return NodeInfo(self.node_id, limit, dict(self.ctx.topology))
+
+    def shared_lookups(self) -> AbstractContextManager[None]:
+        """The scope of one RPC's body: where the kernel can't name one mount (no statmount(2)),
+        the mount lookups inside share one read of mountinfo (the system's Mounts)."""
+        return self.system.mounts.shared_lookups()
