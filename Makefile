@@ -27,8 +27,13 @@ $(PY):
 
 install: $(VENV)/.installed  ## create the venv and install the package with its dev tools
 
+# pip shows its build backend's warnings, and setuptools warns on every editable install of a
+# flat layout that a folder named like the package in the working directory would shadow it
+# (here that folder is the package itself). Only that notice is dropped, by its title: any other
+# warning of the build, and every error, still shows.
+EDITABLE_NOTICE := -W 'ignore:Editable installation.:UserWarning'
 $(VENV)/.installed: pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) $(EDITABLE_NOTICE) -m pip install -q -e '.[dev]'
 	@touch $@
 
 # A tool that can't be installed here (not root, no apt) is named with its package; the tests that

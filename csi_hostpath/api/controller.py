@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TypeVar
 
 import grpc
@@ -65,15 +66,17 @@ class ControllerServicer(pb_grpc.ControllerServicer):
     ) -> None:
         self.service = service
         self.ledger = ledger  # ControllerPublishVolume and ControllerUnpublishVolume
-        # Each RPC's body runs in it: where the kernel can't name one mount (no statmount(2)),
-        # the RPC's mount lookups share one read of mountinfo (the system's Mounts). A copy in
-        # --mode all freezes the volume where this process's node mounted it.
-        self.shared_lookups = service.system.mounts.shared_lookups
         self.modify = modify
         self.groups = groups
         self.room = room  # reserved headroom, given back when a teardown finds the disk full
         # Snapshot and clone copies run here, never for long on an RPC worker (api/copy_pool.py).
         self.copies = copies
+
+    def shared_lookups(self) -> AbstractContextManager[None]:
+        """Opened first in each RPC's body: its mount lookups share one read of mountinfo. The
+        controller looks mounts up too: a copy in --mode all freezes the volume where this
+        process's node mounted it."""
+        return self.service.shared_lookups()
 
     def _copying(
         self, key: str, what: str, context: grpc.ServicerContext, work: Callable[[], T]

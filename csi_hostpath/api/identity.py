@@ -11,21 +11,16 @@ from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.api._log import log
 from csi_hostpath.api.status import rpc
 from csi_hostpath.daemon.config import Config, PoolScope
-from csi_hostpath.service import readiness
-from csi_hostpath.store.db import Store
-from csi_hostpath.system.base import System
+from csi_hostpath.service.readiness import Readiness
 
 Cap = pb.PluginCapability
 
 
 class IdentityServicer(pb_grpc.IdentityServicer):
-    def __init__(
-        self, config: Config, store: Store, started: threading.Event, system: System | None
-    ) -> None:
+    def __init__(self, config: Config, readiness: Readiness, started: threading.Event) -> None:
         self.config = config
-        self.store = store
+        self.readiness = readiness  # the store's, the pool's and the node's machine checks
         self.started = started  # set once the server, reconcile and background loops run
-        self.system = system  # the node's system layer, whose machine checks Probe reports
 
     @rpc
     def GetPluginInfo(
@@ -61,7 +56,7 @@ class IdentityServicer(pb_grpc.IdentityServicer):
         if not self.started.is_set():
             log.info("not ready: the driver is still starting")
             return pb.ProbeResponse(ready=wrappers_pb2.BoolValue(value=False))
-        found = readiness.problems(self.config, self.store.path, self.system)
+        found = self.readiness.problems()
         if found:
             log.warning("not ready: %s", "; ".join(found))
         return pb.ProbeResponse(ready=wrappers_pb2.BoolValue(value=not found))

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+
 import grpc
 
 from csi_hostpath._pb import csi_pb2 as pb
@@ -9,7 +11,6 @@ from csi_hostpath.api.self_publish import SelfPublish
 from csi_hostpath.api.status import rpc
 from csi_hostpath.core.model import AccessType
 from csi_hostpath.service.node import NodeService
-from csi_hostpath.service.node.limit import volume_limit
 from csi_hostpath.service.teardown import Room, retry_when_full
 
 RPC = pb.NodeServiceCapability.RPC
@@ -33,12 +34,13 @@ class NodeServicer(pb_grpc.NodeServicer):
         room: Room | None = None,
     ) -> None:
         self.service = service
-        # Each RPC's body runs in it: where the kernel can't name one mount (no statmount(2)),
-        # the RPC's mount lookups share one read of mountinfo (the system's Mounts).
-        self.shared_lookups = service.system.mounts.shared_lookups
         # Only with --self-publish (no attach in this deployment): the node takes its own hold.
         self.self_publish = self_publish
         self.room = room  # reserved headroom, given back when a teardown finds the disk full
+
+    def shared_lookups(self) -> AbstractContextManager[None]:
+        """Opened first in each RPC's body: its mount lookups share one read of mountinfo."""
+        return self.service.shared_lookups()
 
     @rpc
     def NodeStageVolume(
@@ -138,17 +140,12 @@ class NodeServicer(pb_grpc.NodeServicer):
         self, request: pb.NodeGetInfoRequest, context: grpc.ServicerContext
     ) -> pb.NodeGetInfoResponse:
         with self.shared_lookups():
-            topology = self.service.accessible_topology()
+            info = self.service.node_info()
             response = pb.NodeGetInfoResponse(
-                node_id=self.service.node_id,
-                max_volumes_per_node=volume_limit(
-                    self.service.system.loop,
-                    self.service.node_id,
-                    self.service.config.max_volumes_per_node,
-                ),
+                node_id=info.node_id, max_volumes_per_node=info.max_volumes
             )
-            if topology:
-                response.accessible_topology.CopyFrom(pb.Topology(segments=topology))
+            if info.topology:
+                response.accessible_topology.CopyFrom(pb.Topology(segments=info.topology))
             return response
 
     @rpc
@@ -168,7 +165,7 @@ class NodeServicer(pb_grpc.NodeServicer):
         self, request: pb.NodeGetVolumeHealthRequest, context: grpc.ServicerContext
     ) -> pb.NodeGetVolumeHealthResponse:
         with self.shared_lookups():
-            problems = self.service.volumes.health(
+            problems = self.service.health(
                 request.volume_id, request.volume_publish_path, request.staging_target_path
             )
             return pb.NodeGetVolumeHealthResponse(
@@ -188,6 +185,6 @@ class NodeServicer(pb_grpc.NodeServicer):
                         reason=p.reason,
                         message=p.message,
                     )
-                    for p in self.service.volumes.storage_health()
+                    for p in self.service.storage_health()
                 ]
             )

@@ -10,7 +10,7 @@ from csi_hostpath.core.naming import is_volume_id
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.volume_cli.args import run_dir_from
-from csi_hostpath.volume_cli.cli_errors import NO_DRIVER
+from csi_hostpath.volume_cli.exit_codes import NO_DRIVER
 from csi_hostpath.volume_cli.records import CSI_NAME_PREFIX, RecordsError, RecordsFile
 
 

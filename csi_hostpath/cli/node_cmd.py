@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from csi_hostpath.cli.lookup import NO_STATE, no_state
-from csi_hostpath.core.nodeloss import DEFAULT_LOST_AFTER
 from csi_hostpath.daemon.config import DEFAULT_DRIVER_NAME
 from csi_hostpath.service.lost_volumes import forget_node, forgotten_nodes, lost_volumes
 from csi_hostpath.store.db import Store
@@ -34,13 +33,13 @@ from csi_hostpath.store.pool_layout import PoolLayout
 def add_node_parser(
     sub: Any,
     add_state_args: Callable[[argparse.ArgumentParser], None],
-    seconds: Callable[[str], float],
+    add_lost_after: Callable[[argparse.ArgumentParser], None],
 ) -> None:
     node = sub.add_parser("node", help="nodes this pool knows; forget a lost one; clean up")
     nsub = node.add_subparsers(dest="node_command", required=True)
     lst = nsub.add_parser("list", help="nodes, heartbeat ages, and which are lost")
     add_state_args(lst)
-    lst.add_argument("--node-lost-after", type=seconds, default=DEFAULT_LOST_AFTER)
+    add_lost_after(lst)
     forget = nsub.add_parser("forget", help="record that a node is gone for good (audited)")
     add_state_args(forget)
     forget.add_argument("node")
@@ -51,7 +50,11 @@ def add_node_parser(
         "a removed node provisionable again",
     )
     cleanup.add_argument("node")
-    cleanup.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME)
+    cleanup.add_argument(
+        "--driver-name",
+        default=DEFAULT_DRIVER_NAME,
+        help="the CSI driver whose volumes are cleaned up (default %(default)s)",
+    )
     cleanup.add_argument("--kubeconfig", default=None, help="run the steps against this cluster")
 
 

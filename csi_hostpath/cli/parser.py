@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from csi_hostpath import __version__
+from csi_hostpath.core.nodeloss import DEFAULT_LOST_AFTER
 from csi_hostpath.daemon.config import (
     DEFAULT_DRIVER_NAME,
     DEFAULT_MAX_INLINE_SIZE,
@@ -21,6 +22,7 @@ from csi_hostpath.daemon.config import (
 )
 
 DEFAULT_STATE_DIR = "/var/lib/csi-hostpath"
+VOLUME_FILTER_HELP = "a volume ID, or its name (default empty: every volume)"
 
 
 def _size(text: str) -> int:
@@ -121,7 +123,8 @@ def _add_many_machines_args(serve: argparse.ArgumentParser) -> None:
         "--max-volume-size",
         type=_size,
         default=0,
-        help="largest volume, in bytes or as a quantity like 10Gi (0: as large as the pool)",
+        help="largest volume, in bytes or as a quantity like 10Gi (default 0: as large as the "
+        "pool)",
     )
     serve.add_argument(
         "--overcommit-ratio",
@@ -137,9 +140,10 @@ def _add_lost_after(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--node-lost-after",
         type=_positive_float,
-        default=900.0,
+        default=DEFAULT_LOST_AFTER,
         help="seconds of node plugin silence after which a local volume's node, and so the "
-        "volume, counts as lost (DeleteVolume then succeeds while that node holds it)",
+        "volume, counts as lost (DeleteVolume then succeeds while that node holds it; "
+        "default %(default)g)",
     )
 
 
@@ -153,7 +157,7 @@ def _add_operator_commands(sub: Any) -> None:
         "--node-grace",
         type=_positive_float,
         default=60.0,
-        help="a node silent this long (s) counts as gone",
+        help="a node silent this long (s) counts as gone (default %(default)g)",
     )
 
     doctor = sub.add_parser("doctor", help="check this machine and say what to fix")
@@ -171,7 +175,7 @@ def _add_operator_commands(sub: Any) -> None:
     )
     from csi_hostpath.cli.node_cmd import add_node_parser
 
-    add_node_parser(sub, _add_state_args, _positive_float)
+    add_node_parser(sub, _add_state_args, _add_lost_after)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -187,63 +191,81 @@ def build_parser() -> argparse.ArgumentParser:
         "--endpoint", required=True, help="unix:///absolute/path.sock where the driver listens"
     )
     serve.add_argument(
-        "--node-id", default=socket.gethostname(), help="this node's ID (default: the hostname)"
+        "--node-id",
+        default=socket.gethostname(),
+        help="this node's ID (default: the hostname, here %(default)s)",
     )
     _add_state_args(serve, Path(DEFAULT_STATE_DIR))
     serve.add_argument(
         "--pool-scope",
         choices=[s.value for s in PoolScope],
         default=PoolScope.LOCAL.value,
-        help="local: the pool lives on this node; shared: every node sees it",
+        help="local: the pool lives on this node; shared: every node sees it (default %(default)s)",
     )
-    serve.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.ALL.value)
-    serve.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME)
+    serve.add_argument(
+        "--mode",
+        choices=[m.value for m in Mode],
+        default=Mode.ALL.value,
+        help="the services this process serves: all (controller and node), controller, or node "
+        "(default %(default)s)",
+    )
+    serve.add_argument(
+        "--driver-name",
+        default=DEFAULT_DRIVER_NAME,
+        help="the CSI driver name it answers GetPluginInfo with (default %(default)s)",
+    )
     _add_many_machines_args(serve)
     serve.add_argument(
         "--max-volumes-per-node",
         type=_non_negative_int,
         default=0,
         help=(
-            "publications a node may hold (0: no limit but the loop devices it can still get, "
-            "which NodeGetInfo reports either way)"
+            "publications a node may hold (default 0: no limit but the loop devices it can "
+            "still get, which NodeGetInfo reports either way)"
         ),
     )
-    serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    serve.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="the least severe level logged (default %(default)s)",
+    )
     serve.add_argument(
         "--fence-interval",
         type=_positive_float,
         default=5.0,
-        help="seconds between a node's checks of its staged volumes' leases",
+        help="seconds between a node's checks of its staged volumes' leases (default %(default)g)",
     )
     serve.add_argument(
         "--heartbeat-interval",
         type=_positive_float,
         default=2.0,
-        help="seconds between a node's heartbeats",
+        help="seconds between a node's heartbeats (default %(default)g)",
     )
     serve.add_argument(
         "--max-freeze-seconds",
         type=_positive_float,
         default=30.0,
         help="longest a snapshot or clone may hold a filesystem frozen; past it, the filesystem "
-        "is thawed and the snapshot fails ABORTED",
+        "is thawed and the snapshot fails ABORTED (default %(default)g)",
     )
     serve.add_argument(
         "--node-grace",
         type=_positive_float,
         default=60.0,
-        help="seconds of heartbeat silence after which a node counts as gone",
+        help="seconds of heartbeat silence after which a node counts as gone (default %(default)g)",
     )
     serve.add_argument(
         "--workers",
         type=_positive_int,
         default=16,
-        help="threads that run the calls' work; more calls at once wait in a queue, never refused",
+        help="threads that run the calls' work; more calls at once wait in a queue, never "
+        "refused (default %(default)s)",
     )
     serve.add_argument(
         "--metrics-address",
         default="",
-        help="HOST:PORT (or :PORT) to serve Prometheus metrics on; off if empty",
+        help="HOST:PORT (or :PORT) to serve Prometheus metrics on (default empty: off)",
     )
     serve.add_argument(
         "--ledger-view",
@@ -257,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-format",
         choices=["text", "json"],
         default="text",
-        help="text: key=value lines; json: one JSON object per line",
+        help="text: key=value lines; json: one JSON object per line (default %(default)s)",
     )
 
     _add_operator_commands(sub)
@@ -268,10 +290,10 @@ def build_parser() -> argparse.ArgumentParser:
     lsub = ledger.add_subparsers(dest="ledger_command", required=True)
     lst = lsub.add_parser("list", help="who holds which volume")
     _add_state_args(lst, argparse.SUPPRESS)
-    lst.add_argument("--volume", default="", help="a volume ID, or its name")
+    lst.add_argument("--volume", default="", help=VOLUME_FILTER_HELP)
     audit = lsub.add_parser("audit", help="the audit trail: publishes, force-detaches, fences")
     _add_state_args(audit, argparse.SUPPRESS)
-    audit.add_argument("--volume", default="", help="a volume ID, or its name")
+    audit.add_argument("--volume", default="", help=VOLUME_FILTER_HELP)
     force = lsub.add_parser(
         "force-detach",
         help="revoke a node's hold on a volume when that node is gone for good",
@@ -284,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--node-grace",
         type=_positive_float,
         default=60.0,
-        help="refuse while the node's heartbeat is younger than this (s)",
+        help="refuse while the node's heartbeat is younger than this (s; default %(default)g)",
     )
     force.add_argument(
         "--i-accept-data-loss",

@@ -1,8 +1,8 @@
 """`make run`'s directory (RUN_DIR, ./.run): the socket, the driver's state and pool, and the
 volume command's records. Every local volume and snapshot lives in it, so removing it removes
 them: `make clean` leaves it alone, and `make clean-volumes` removes it only when nothing in it is
-mounted or attached, after naming what is lost. `make run` reports, as it stops, what is still
-mounted.
+mounted or attached, after naming what is lost (holding no volume, it has nothing to clean).
+`make run` reports, as it stops, what is still mounted.
 
 Standard library only: `make clean-volumes` runs this after `make clean` has taken the venv."""
 
@@ -20,11 +20,10 @@ from typing import Any, TextIO
 from csi_hostpath.store.backing.file_identity import read_identity
 from csi_hostpath.system import runner
 from csi_hostpath.system.system_errors import CommandError
+from csi_hostpath.volume_cli.exit_codes import BUSY
 from csi_hostpath.volume_cli.kernel import loops_backed_below, mount_source, mounts_below
 from csi_hostpath.volume_cli.records import Records, RecordsError, RecordsFile
 from csi_hostpath.volume_cli.sizes import format_bytes
-
-BUSY = 4  # the volume command's "busy or in use"
 
 
 @dataclass(frozen=True)
@@ -171,10 +170,18 @@ def _describe(run_dir: Path, items: list[Item]) -> str:
 def remove(
     run_dir: Path, yes: bool, out: TextIO, err: TextIO, ask: Callable[[str], str] | None
 ) -> int:
-    """Remove RUN_DIR and every volume in it, unless something in it is in use. `ask` puts the
-    question to a person (None: nobody to ask, so only `yes` removes)."""
+    """Remove RUN_DIR and every volume in it, unless something in it is in use; with no volume
+    and no snapshot in it, there is nothing to clean. `ask` puts the question to a person (None:
+    nobody to ask, so only `yes` removes)."""
     if not run_dir.exists():
         out.write(f"nothing to remove: {run_dir} does not exist\n")
+        return 0
+    items = inventory(run_dir)
+    if not items:
+        # No volume to lose, nor to clean: the driver's state alone, which `make run` reuses.
+        out.write(
+            f"nothing to clean: {run_dir} holds no volume and no snapshot; it stays as it is\n"
+        )
         return 0
     busy = in_use(run_dir)
     if busy:
@@ -187,7 +194,7 @@ def remove(
             "stop the driver, then run this again\n"
         )
         return BUSY
-    out.write(_describe(run_dir, inventory(run_dir)) + "\n")
+    out.write(_describe(run_dir, items) + "\n")
     if not yes:
         if ask is None:
             err.write(

@@ -1,11 +1,12 @@
-"""Which capabilities this driver serves, and how sizes round. Pure rules, no I/O."""
+"""Which capabilities this driver serves, how sizes round, and when a CreateVolume repeated by
+name asks for the volume that exists. Pure rules, no I/O."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from csi_hostpath.core.errors import CapacityOutOfRange, InvalidRequest, Unsupported
-from csi_hostpath.core.model import AccessMode, AccessType, Capability
+from csi_hostpath.core.errors import CapacityOutOfRange, Incompatible, InvalidRequest, Unsupported
+from csi_hostpath.core.model import AccessMode, AccessType, Capability, ContentSource, Volume
 from csi_hostpath.core.quantity import describe_bytes
 
 SUPPORTED_FS_TYPES = ("ext4", "xfs")
@@ -154,3 +155,31 @@ def round_capacity(required: int, limit: int, fs_type: str, max_volume_size: int
             f"{describe_bytes(max_volume_size)}"
         )
     return size
+
+
+def check_same_volume(
+    existing: Volume,
+    capabilities: Sequence[Capability],
+    required_bytes: int,
+    limit_bytes: int,
+    parameters: Mapping[str, str],
+    content_source: ContentSource | None,
+) -> None:
+    """Raise Incompatible (ALREADY_EXISTS) unless a CreateVolume of existing's name with these
+    arguments asks for existing itself."""
+    problems = []
+    if required_bytes and existing.capacity_bytes < required_bytes:
+        problems.append(f"capacity {existing.capacity_bytes} < required {required_bytes}")
+    if limit_bytes and existing.capacity_bytes > limit_bytes:
+        problems.append(f"capacity {existing.capacity_bytes} > limit {limit_bytes}")
+    if set(capabilities) != set(existing.capabilities):
+        problems.append("different volume capabilities")
+    if dict(parameters) != dict(existing.parameters):
+        problems.append("different parameters")
+    if content_source != existing.content_source:
+        problems.append("different content source")
+    if problems:
+        raise Incompatible(
+            f"a volume named {existing.name!r} already exists ({existing.volume_id}) with "
+            + "; ".join(problems)
+        )

@@ -28,7 +28,6 @@ from csi_hostpath.daemon.config import Config
 from csi_hostpath.daemon.endpoint import claim_endpoint
 from csi_hostpath.daemon.status_http import LedgerView, serve_status
 from csi_hostpath.daemon.stop_signals import stop_on_signals
-from csi_hostpath.service import readiness
 from csi_hostpath.service.controller import ControllerService
 from csi_hostpath.service.controller.changed_blocks import SnapshotMetadataService
 from csi_hostpath.service.controller.consistency import ReentrantConsistency
@@ -39,6 +38,7 @@ from csi_hostpath.service.controller.remote_freeze import RemoteFreeze
 from csi_hostpath.service.ledger_view import ledger_view
 from csi_hostpath.service.metrics import Metrics, build_metrics
 from csi_hostpath.service.node import NodeService
+from csi_hostpath.service.readiness import Readiness
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.freeze_channel import FreezeChannel
 from csi_hostpath.store.groups import GroupRecords
@@ -88,6 +88,7 @@ class Driver:
     metrics: Metrics
     health: Health
     started: threading.Event
+    readiness: Readiness
     metrics_server: Any = None
     copies: CopyPool | None = None
     pool_claim: Any = None  # store.backing.owner.PoolClaim, held while a controller serves
@@ -115,9 +116,7 @@ class Driver:
         self.config.socket_path.unlink(missing_ok=True)
 
     def check_health(self) -> None:
-        problems = readiness.problems(
-            self.config, self.store.path, self.node.system if self.node is not None else None
-        )
+        problems = self.readiness.problems()
         status = health_pb2.HealthCheckResponse.SERVING
         if problems:
             log.warning("not ready: %s", "; ".join(problems))
@@ -208,9 +207,9 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
         _add_servicers(
             server, config, store, layout, controller, node, consistency, copies, headroom
         )
+        readiness = Readiness(config, store.path, node.system if node is not None else None)
         server.add_servicer(
-            pb_grpc.add_IdentityServicer_to_server,
-            IdentityServicer(config, store, started, node.system if node is not None else None),
+            pb_grpc.add_IdentityServicer_to_server, IdentityServicer(config, readiness, started)
         )
         health_servicer = Health(server)
         health_servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)  # until start()
@@ -226,6 +225,7 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
             metrics,
             health_servicer,
             started,
+            readiness,
             headroom=headroom,
             copies=copies,
         )

@@ -11,20 +11,29 @@ from csi_hostpath.store import probe
 from csi_hostpath.system.base import System
 
 
-def problems(config: Config, db_path: Path, system: System | None) -> list[str]:
-    """Why the driver is not ready (empty when it is). system is the node's system layer, None
-    in a controller-only process: its machine checks (loop devices, tools) are the node's."""
-    found = []
-    try:
-        probe.read_check(db_path)
-    except Exception as e:  # noqa: BLE001 - any failure means "not ready"
-        found.append(f"state store {db_path} unreadable: {e}")
-    try:
-        probe.write_check(config.state_dir)
-    except OSError as e:
-        found.append(f"state directory {config.state_dir} refuses a write: {e.strerror or e}")
-    if not os.access(config.pool_dir, os.W_OK):
-        found.append(f"pool directory {config.pool_dir} is not writable")
-    if config.serves_node and system is not None:
-        found += system.readiness()
-    return found
+class Readiness:
+    """Why the driver is not ready (empty when it is): what Probe and the gRPC health service
+    answer. system is the node's system layer, None in a controller-only process: its machine
+    checks (loop devices, tools) are the node's."""
+
+    def __init__(self, config: Config, db_path: Path, system: System | None) -> None:
+        self.db_path = db_path
+        self.state_dir = config.state_dir
+        self.pool_dir = config.pool_dir
+        self.system = system if config.serves_node else None
+
+    def problems(self) -> list[str]:
+        found = []
+        try:
+            probe.read_check(self.db_path)
+        except Exception as e:  # noqa: BLE001 - any failure means "not ready"
+            found.append(f"state store {self.db_path} unreadable: {e}")
+        try:
+            probe.write_check(self.state_dir)
+        except OSError as e:
+            found.append(f"state directory {self.state_dir} refuses a write: {e.strerror or e}")
+        if not os.access(self.pool_dir, os.W_OK):
+            found.append(f"pool directory {self.pool_dir} is not writable")
+        if self.system is not None:
+            found += self.system.readiness()
+        return found

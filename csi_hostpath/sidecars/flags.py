@@ -118,7 +118,8 @@ def _common(p: argparse.ArgumentParser) -> None:
         type=int,
         default=0,
         metavar="N",
-        help="log verbosity as klog counts it: 4 and above log every call (DEBUG)",
+        help="log verbosity as klog counts it: 4 and above log every call (DEBUG; default "
+        "%(default)s)",
     )
 
 

@@ -158,7 +158,12 @@ def add_volume_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     create.add_argument(
         "--fs", choices=FS_CHOICES, default=None, help="default ext4, or the source's"
     )
-    create.add_argument("--mode", choices=MODE_CHOICES, default="rwo")
+    create.add_argument(
+        "--mode",
+        choices=MODE_CHOICES,
+        default="rwo",
+        help="rwo: ReadWriteOnce, rwop: ReadWriteOncePod, rox: ReadOnlyMany (default %(default)s)",
+    )
     source = create.add_mutually_exclusive_group()
     source.add_argument("--from-snapshot", default=None, metavar="SNAP")
     source.add_argument("--from-volume", default=None, metavar="VOLUME")

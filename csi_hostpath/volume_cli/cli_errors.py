@@ -1,5 +1,6 @@
-"""Exit codes scripts can rely on, and the one error every command failure becomes: what
-happened, the driver's gRPC status and message when it came from the driver, and the next step."""
+"""The one error every command failure becomes: what happened, the driver's gRPC status and
+message when it came from the driver, and the next step; the gRPC status picks the exit code
+(exit_codes.py)."""
 
 from __future__ import annotations
 
@@ -7,25 +8,15 @@ from dataclasses import dataclass
 
 import grpc
 
-OK = 0
-FAILED = 1  # anything else: the driver failed (INTERNAL, UNKNOWN, UNIMPLEMENTED, ...)
-USAGE = 2  # bad arguments or a request the driver calls invalid (INVALID_ARGUMENT)
-NOT_FOUND = 3  # no such volume, snapshot or mount (NOT_FOUND)
-BUSY = 4  # in use or another operation in flight (FAILED_PRECONDITION, ABORTED)
-NO_SPACE = 5  # the pool can't hold it (RESOURCE_EXHAUSTED, OUT_OF_RANGE)
-NO_DRIVER = 6  # nothing answers on the endpoint (UNAVAILABLE, DEADLINE_EXCEEDED)
-EXISTS = 7  # the name is taken or the path is already mounted (ALREADY_EXISTS)
-
-EXIT_CODES = {
-    OK: "ok",
-    FAILED: "failed",
-    USAGE: "usage",
-    NOT_FOUND: "not found",
-    BUSY: "busy or in use",
-    NO_SPACE: "no space",
-    NO_DRIVER: "driver not running",
-    EXISTS: "already exists or already mounted",
-}
+from csi_hostpath.volume_cli.exit_codes import (
+    BUSY,
+    EXISTS,
+    FAILED,
+    NO_DRIVER,
+    NO_SPACE,
+    NOT_FOUND,
+    USAGE,
+)
 
 _EXIT_OF = {
     grpc.StatusCode.INVALID_ARGUMENT: USAGE,

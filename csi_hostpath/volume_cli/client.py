@@ -13,7 +13,8 @@ import grpc
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.api.copy_pool import STILL_COPYING
-from csi_hostpath.volume_cli.cli_errors import NO_DRIVER, CliError, from_rpc
+from csi_hostpath.volume_cli.cli_errors import CliError, from_rpc
+from csi_hostpath.volume_cli.exit_codes import NO_DRIVER
 
 Mode = pb.VolumeCapability.AccessMode
 R = TypeVar("R")

@@ -9,9 +9,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from csi_hostpath._pb import csi_pb2 as pb
-from csi_hostpath.volume_cli.cli_errors import EXISTS, CliError
+from csi_hostpath.volume_cli.cli_errors import CliError
 from csi_hostpath.volume_cli.context import Context, volume_named
 from csi_hostpath.volume_cli.copywatch import CopyWatch, allocated
+from csi_hostpath.volume_cli.exit_codes import EXISTS
 from csi_hostpath.volume_cli.kernel import mount_source
 from csi_hostpath.volume_cli.output import Progress, snapshot_json, table, volume_json
 from csi_hostpath.volume_cli.records import SnapshotRecord, VolumeRecord
@@ -92,7 +93,10 @@ def list_volumes(ctx: Context, args: argparse.Namespace) -> int:
                 "NodeGetVolumeStats",
             )
             in_bytes = [u for u in stats.usage if u.unit == pb.VolumeUsage.BYTES]
-            item["used_bytes"] = in_bytes[0].used if in_bytes else None
+            # A raw block device has no filesystem to count what is used: the driver reports
+            # its size alone (used 0), which would read as empty. Its allocated bytes are known.
+            if in_bytes and vol.fs != "block":
+                item["used_bytes"] = in_bytes[0].used
             if vol.fs_behind and in_bytes and in_bytes[0].total:
                 behind.append(
                     f"{vol.name}: {format_bytes(item['capacity_bytes'])}, but its mounted "

@@ -15,10 +15,11 @@ from pathlib import Path
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.system.base import held_by
 from csi_hostpath.system.holders import holders_of_path
-from csi_hostpath.volume_cli.cli_errors import BUSY, EXISTS, FAILED, NOT_FOUND, USAGE, CliError
+from csi_hostpath.volume_cli.cli_errors import CliError
 from csi_hostpath.volume_cli.client import capability
 from csi_hostpath.volume_cli.commands_volume import release
 from csi_hostpath.volume_cli.context import Context, absolute, volume_named
+from csi_hostpath.volume_cli.exit_codes import BUSY, EXISTS, FAILED, NOT_FOUND, USAGE
 from csi_hostpath.volume_cli.kernel import loop_volume, mount_source, mounts_below
 from csi_hostpath.volume_cli.records import MountRecord, Records, VolumeRecord
 

@@ -10,10 +10,11 @@ from contextlib import suppress
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.core.access import MIN_SIZE, MiB
-from csi_hostpath.volume_cli.cli_errors import BUSY, EXISTS, NOT_FOUND, USAGE, CliError
+from csi_hostpath.volume_cli.cli_errors import CliError
 from csi_hostpath.volume_cli.client import capability
 from csi_hostpath.volume_cli.context import Context, volume_named
 from csi_hostpath.volume_cli.copywatch import CopyWatch
+from csi_hostpath.volume_cli.exit_codes import BUSY, EXISTS, NOT_FOUND, USAGE
 from csi_hostpath.volume_cli.output import volume_json
 from csi_hostpath.volume_cli.records import Records, VolumeRecord
 from csi_hostpath.volume_cli.sizes import describe_bytes, format_bytes
@@ -234,12 +235,22 @@ def expand(ctx: Context, args: argparse.Namespace) -> int:
                 vol.fs_behind = True
                 note = f"the filesystem stays at its old size while mounted: {e.message}"
     human = f"expanded {args.name} to {format_bytes(vol.capacity_bytes)}"
+    # A block volume has no filesystem: the node step grows its loop device, nothing on it.
+    block = vol.fs == "block"
     if state == "on-next-mount":
-        human += "; the filesystem grows on its next mount"
+        human += (
+            "; the block device has the new size from its next mount"
+            if block
+            else "; the filesystem grows on its next mount"
+        )
         if vol.mounts:
             human += f" (unmount {vol.mounts[0].path} and mount it again)"
     elif state == "grown":
-        human += f"; the filesystem grew online at {vol.mounts[0].path}"
+        human += (
+            f"; the block device at {vol.mounts[0].path} grew online"
+            if block
+            else f"; the filesystem grew online at {vol.mounts[0].path}"
+        )
     if note:
         ctx.out.note(note)
     ctx.out.result(

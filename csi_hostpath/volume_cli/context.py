@@ -7,8 +7,9 @@ import os
 from dataclasses import dataclass, field
 
 from csi_hostpath.volume_cli.args import Places
-from csi_hostpath.volume_cli.cli_errors import NOT_FOUND, CliError
+from csi_hostpath.volume_cli.cli_errors import CliError
 from csi_hostpath.volume_cli.client import Driver
+from csi_hostpath.volume_cli.exit_codes import NOT_FOUND
 from csi_hostpath.volume_cli.output import Output
 from csi_hostpath.volume_cli.records import CSI_NAME_PREFIX, Records, RecordsFile, VolumeRecord
 

@@ -9,11 +9,12 @@ from collections.abc import Callable
 from typing import TextIO
 
 from csi_hostpath.volume_cli.args import EndpointError, places
-from csi_hostpath.volume_cli.cli_errors import FAILED, USAGE, CliError
+from csi_hostpath.volume_cli.cli_errors import CliError
 from csi_hostpath.volume_cli.commands_info import list_snapshots, list_volumes, snapshot
 from csi_hostpath.volume_cli.commands_mount import mount, unmount
 from csi_hostpath.volume_cli.commands_volume import create, delete, expand
 from csi_hostpath.volume_cli.context import Context
+from csi_hostpath.volume_cli.exit_codes import FAILED, USAGE
 from csi_hostpath.volume_cli.output import Output
 from csi_hostpath.volume_cli.records import RecordsError
 

@@ -17,6 +17,7 @@ from csi_hostpath.api.copy_pool import CopyPool
 from csi_hostpath.api.identity import IdentityServicer
 from csi_hostpath.cli import build_parser, config_from_args
 from csi_hostpath.daemon.config import Config
+from csi_hostpath.service.readiness import Readiness
 from csi_hostpath.store.db import Store
 from tests.chart.chart_tool import Rendered
 from tests.chart.test_chart import container, controller_pod, flag, node_pod
@@ -41,7 +42,7 @@ def test_probe_is_ready_false_until_the_driver_has_started(
     store = Store(tmp_path / "state.db")
     started = threading.Event()
     try:
-        identity = IdentityServicer(config, store, started, None)
+        identity = IdentityServicer(config, Readiness(config, store.path, None), started)
         assert not identity.Probe(pb.ProbeRequest(), None).ready.value
     finally:
         store.close()

@@ -69,6 +69,21 @@ def test_make_clean_keeps_the_volumes_and_clean_volumes_waits_for_the_unmount(
     assert mounts_under(workdir) == [] and released_after_teardown(workdir) == []
 
 
+def test_clean_volumes_with_no_volume_says_so_and_asks_for_nothing(
+    session: tuple[Cli, MakeRun],
+) -> None:
+    cli, run = session
+    run.start()
+    cli.json("create", "v", "--size", "32Mi")
+    cli.json("delete", "v")
+    run.stop(signal.SIGTERM)
+    done = make_in(REPO, "clean-volumes", f"RUN_DIR={run.run_dir}")
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said
+    assert f"nothing to clean: {run.run_dir} holds no volume and no snapshot" in said, said
+    assert "YES=1" not in said and "nothing removed" not in said, said
+
+
 def test_sigint_to_makes_own_pid_stops_the_driver(session: tuple[Cli, MakeRun]) -> None:
     cli, run = session
     run.start()

@@ -118,6 +118,40 @@ def test_delete_of_a_volume_mounted_twice_names_both_unmounts(cli: Cli) -> None:
     cli.json("delete", "v")
 
 
+def test_expand_of_a_block_volume_speaks_of_its_device_not_a_filesystem(cli: Cli) -> None:
+    blk = cli.root / "blk"
+    cli.json("create", "b", "--fs", "block", "--size", "32Mi")
+    cli.json("mount", "b", str(blk))
+    try:
+        online = cli("expand", "b", "--size", "64Mi").out
+        assert f"the block device at {blk} grew online" in online, online
+        assert "filesystem" not in online, online
+    finally:
+        cli("unmount", str(blk), ok=False)
+    later = cli("expand", "b", "--size", "96Mi").out
+    assert "the block device has the new size from its next mount" in later, later
+    assert "filesystem" not in later, later
+    cli.json("delete", "b")
+
+
+def test_a_block_volume_lists_no_used_bytes_it_cannot_know(cli: Cli, workdir: Path) -> None:
+    blk = cli.root / "blk"
+    cli.json("create", "b", "--fs", "block", "--size", "32Mi")
+    cli.json("mount", "b", str(blk))
+    try:
+        with open(blk, "r+b") as dev:
+            dev.write(b"written" * MiB)
+        # A raw device has no filesystem to count what is used: the pool's allocation is known.
+        [listed] = cli.json("list", f"--pool-dir={workdir}/drv-state/pool")
+        assert listed["used_bytes"] is None, listed
+        assert listed["allocated_bytes"] >= 7 * MiB, listed
+        header, row = (line.split() for line in cli("list").out.splitlines()[:2])
+        assert row[header.index("USED")] == "-", (header, row)
+    finally:
+        cli("unmount", str(blk), ok=False)
+    cli.json("delete", "b")
+
+
 @pytest.fixture
 def make_run(workdir: Path) -> Iterator[tuple[Cli, MakeRun]]:
     """`make run` in a checkout-like directory, and a shell in a subdirectory of it with no

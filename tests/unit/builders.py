@@ -7,7 +7,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from csi_hostpath.cli import build_parser, config_from_args
+from csi_hostpath.daemon.config import Config
 from csi_hostpath.daemon.server import Driver, build_driver, start
+from csi_hostpath.service.node.node_context import NodeContext
+from csi_hostpath.store.db import Store
+from csi_hostpath.store.pool_layout import PoolLayout
+from csi_hostpath.system.base import System
 from csi_hostpath.system.fake import fake_system
 from tests.conftest import Client, driver_args
 
@@ -33,3 +38,11 @@ def quiet_fake_driver(
     finally:
         client.close()
         driver.stop(grace=1)
+
+
+def node_context(
+    state_dir: Path, store: Store, system: System, layout: PoolLayout, node_id: str = "node-a"
+) -> NodeContext:
+    """What a node's parts share, from a Config of the defaults: for a test of one part."""
+    config = Config(f"unix://{state_dir}/csi.sock", node_id, state_dir, layout.root)
+    return NodeContext.from_config(config, store, system, layout)

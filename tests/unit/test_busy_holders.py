@@ -20,6 +20,7 @@ from csi_hostpath.system.base import Holder, System
 from csi_hostpath.system.fake import FakeKernel, fake_system
 from tests import helpers as h
 from tests.conftest import Client, in_process
+from tests.unit.builders import node_context
 
 
 def inspect(workdir: Path, volume_id: str) -> dict[str, dict[str, str]]:
@@ -86,7 +87,7 @@ def test_a_path_released_another_way_is_no_longer_reported_busy(tmp_path: Path) 
     try:
         (tmp_path / "pool").mkdir()
         system = fake_system(tmp_path / "pool")
-        mounts = NodeMounts("node-a", store, system, PoolLayout(tmp_path / "pool"), tmp_path)
+        mounts = NodeMounts(node_context(tmp_path, store, system, PoolLayout(tmp_path / "pool")))
         target, staging = tmp_path / "target", tmp_path / "staging"
         target.mkdir()
         mounts.note_busy(str(target), "held by pid 1 (x, cwd)")

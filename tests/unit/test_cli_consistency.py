@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from csi_hostpath.cli import build_parser, main
-from csi_hostpath.volume_cli.cli_errors import NO_DRIVER
+from csi_hostpath.volume_cli.exit_codes import NO_DRIVER
 
 
 @pytest.mark.parametrize(

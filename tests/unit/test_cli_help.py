@@ -1,13 +1,17 @@
 """What each command's --help says about where it looks (the defaults it states are the ones it
-uses), and the doctor's advice to a `make run` user."""
+uses), that every option with a default states it, and the doctor's advice to a `make run`
+user."""
 
 from __future__ import annotations
 
+import argparse
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from csi_hostpath.cli import main
+from csi_hostpath.cli import build_parser, main
 from csi_hostpath.doctor.state import check_socket
 
 
@@ -35,3 +39,42 @@ def test_doctor_says_make_run_for_make_runs_socket(tmp_path: Path) -> None:
     assert "csi-hostpath serve" not in found.fix
     elsewhere = check_socket("unix:///csi/csi.sock", Path("/var/lib/x"), daemon_running=False)
     assert "csi-hostpath serve" in elsewhere.fix
+
+
+def _options(parser: argparse.ArgumentParser, path: str) -> Iterator[tuple[str, argparse.Action]]:
+    """Every option of parser and of its subcommands, each named by its command line."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _options(sub, f"{path} {name}")
+        elif not isinstance(action, argparse._HelpAction | argparse._VersionAction):
+            yield path, action
+
+
+def _spellings(default: object) -> list[str]:
+    """How a help text may state a default: as argparse would print it; an empty string as
+    empty; a whole number of seconds also as a Go duration (the sidecars' flags: 1s)."""
+    if default == "":
+        return ['""', "empty"]
+    said = [str(default)]
+    if isinstance(default, float) and default.is_integer():
+        said += [str(int(default)), f"{int(default)}s"]
+    return said
+
+
+def test_every_option_with_a_default_says_it_in_its_help() -> None:
+    parser = build_parser()
+    formatter = parser._get_formatter()
+    unsaid = []
+    for path, action in _options(parser, "csi-hostpath"):
+        default = action.default
+        if default is None or default is False or default is argparse.SUPPRESS:
+            continue
+        # From the word "default" on; a value's spelling must stand alone (60 is not 600).
+        said = formatter._expand_help(action) if action.help else ""
+        tail = said[said.find("default") :] if "default" in said else ""
+        if not any(
+            re.search(rf"(?<![\w.]){re.escape(s)}(?!\w|\.\d)", tail) for s in _spellings(default)
+        ):
+            unsaid.append(f"{path} {'/'.join(action.option_strings)} (default {default!r}): {said}")
+    assert unsaid == [], "\n".join(unsaid)

@@ -13,11 +13,12 @@ import pytest
 
 from csi_hostpath.core.model import AccessMode, AccessType, NodeStaging
 from csi_hostpath.core.naming import loop_tag
-from csi_hostpath.service.guard import InFlight
 from csi_hostpath.service.node.devices import DeviceWatch
 from csi_hostpath.store.db import Store
+from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.fake import fake_system
 from tests import helpers as h
+from tests.unit.builders import node_context
 from tests.unit.test_busy_holders import fake_driver, inspect
 
 
@@ -78,8 +79,9 @@ def test_a_uevent_looks_only_at_its_device_and_holds_no_healthy_volume(
         volume_id, "/s", AccessType.BLOCK, AccessMode.SINGLE_NODE_WRITER, "", device.path, 1, 0.0
     )
     store.save_staging(staged)
-    inflight = InFlight()
-    watch = DeviceWatch("node-a", store, system, inflight, lambda _v: None)
+    ctx = node_context(tmp_path / "state", store, system, PoolLayout(tmp_path / "pool"))
+    inflight = ctx.inflight
+    watch = DeviceWatch(ctx, lambda _v: None)
 
     def every_staging() -> None:
         raise AssertionError("a uevent read every staging")

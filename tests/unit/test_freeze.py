@@ -19,7 +19,6 @@ from csi_hostpath.core.errors import Busy, FreezeTimedOut
 from csi_hostpath.core.ledger_rules import Lease
 from csi_hostpath.core.model import AccessMode, AccessType, NodeStaging
 from csi_hostpath.service.controller.remote_freeze import RemoteFreeze, Timing
-from csi_hostpath.service.guard import InFlight
 from csi_hostpath.service.node.freeze import Freezes
 from csi_hostpath.service.node.freeze_server import FreezeServer
 from csi_hostpath.store.db import Store
@@ -28,6 +27,7 @@ from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.base import System
 from csi_hostpath.system.fake import fake_system
 from csi_hostpath.system.fake.fake_kernel import FakeKernel
+from tests.unit.builders import node_context
 
 VOL = "vol-" + "a" * 32
 
@@ -135,7 +135,7 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
     layout.write_lease(Lease(VOL, 1, {NODE: 1}))
     layout.beat(NODE)
     freezes = Freezes(tmp_path / "state", system, 30)
-    server = FreezeServer(NODE, store, system, FreezeChannel(layout.root), freezes, InFlight())
+    server = FreezeServer(node_context(tmp_path / "state", store, system, layout, NODE), freezes)
     server.start()
     try:
         yield Rig(kernel, layout, server, freezes, mount_point, store)

@@ -16,7 +16,9 @@
   by their module name), calls .execute() or ._tx(), or holds a string of SQL.
 
 Each rule is checked on the package, and on a small tree written here with one deliberate
-violation of each, so a checker that stopped finding anything would fail too.
+violation of each, so a checker that stopped finding anything would fail too. What api/ may do
+with a service object it holds (call its methods, never read its parts) is checked apart, in
+tests/unit/test_servicers_call_methods.py.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """The package's own metadata, built by its build backend as `make install` builds it: no
 deprecation warning on every install (the license as a TOML table printed one four times on a
-first `make run`), and the license where packaging tools read it."""
+first `make run`), and the license where packaging tools read it. `make install` drops the one
+notice setuptools prints on every editable install, and nothing else."""
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import sys
@@ -14,6 +16,17 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 # setuptools reads an SPDX string in project.license from this release on (PEP 639).
 SPDX_SETUPTOOLS = (77, 0)
+# What pip passes on from setuptools' editable_wheel (an InformationOnly warning, which pip shows as
+# a BuildBackendWarning even under -q): the title, then the body.
+EDITABLE_NOTICE = (
+    "Editable installation.\n!!\n\n  Please be careful with folders in your working directory "
+    "with the same\n  name as your package as they may take precedence during imports.\n!!"
+)
+# Any other warning of the build must still show.
+OTHER_BUILD_WARNING = (
+    "Compat editable installs\n!!\n\n  The 'compat' editable mode is transitional and will be "
+    "removed\n!!"
+)
 
 
 def _setuptools_version() -> tuple[int, ...]:
@@ -57,3 +70,44 @@ def test_the_build_requires_a_setuptools_that_reads_the_license() -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert project["project"]["license"] == "Apache-2.0"
     assert "setuptools>=77" in project["build-system"]["requires"]
+
+
+def _editable_install_recipe(tmp_path: Path) -> list[str]:
+    """The command `make install` runs to install the package, as `make -n` prints it."""
+    dry = subprocess.run(
+        ["make", "-n", "-C", str(REPO), "install", f"VENV={tmp_path / 'venv'}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    [line] = [cmd for cmd in dry.stdout.splitlines() if "pip install" in cmd and " -e " in cmd]
+    return shlex.split(line)
+
+
+def test_make_install_drops_the_editable_notice_and_shows_every_other_warning(
+    tmp_path: Path,
+) -> None:
+    argv = _editable_install_recipe(tmp_path)
+    interpreter_flags = argv[1 : argv.index("-m")]
+    # pip re-raises the backend's warnings in its own process (pyproject_hooks' warn_explicit):
+    # the interpreter's flags are what filters them.
+    shown = subprocess.run(
+        [
+            sys.executable,
+            *interpreter_flags,
+            "-c",
+            "import sys, warnings\n"
+            "from pip._vendor.pyproject_hooks import BuildBackendWarning\n"
+            "for text in sys.argv[1:]:\n"
+            "    warnings.warn_explicit(text, BuildBackendWarning, 'editable_wheel.py', 354)\n",
+            EDITABLE_NOTICE,
+            OTHER_BUILD_WARNING,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stderr
+    assert "Please be careful with folders" not in shown, shown
+    assert "Compat editable installs" in shown, shown

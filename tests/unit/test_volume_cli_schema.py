@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from csi_hostpath.cli import build_parser
-from csi_hostpath.volume_cli import cli_errors
+from csi_hostpath.volume_cli import exit_codes
 from csi_hostpath.volume_cli.args import places
 from csi_hostpath.volume_cli.copywatch import CopyWatch
 from csi_hostpath.volume_cli.output import (
@@ -72,14 +72,14 @@ def test_the_json_schema_is_pinned() -> None:
 
 def test_the_exit_codes_are_pinned() -> None:
     assert (
-        cli_errors.OK,
-        cli_errors.FAILED,
-        cli_errors.USAGE,
-        cli_errors.NOT_FOUND,
-        cli_errors.BUSY,
-        cli_errors.NO_SPACE,
-        cli_errors.NO_DRIVER,
-        cli_errors.EXISTS,
+        exit_codes.OK,
+        exit_codes.FAILED,
+        exit_codes.USAGE,
+        exit_codes.NOT_FOUND,
+        exit_codes.BUSY,
+        exit_codes.NO_SPACE,
+        exit_codes.NO_DRIVER,
+        exit_codes.EXISTS,
     ) == (0, 1, 2, 3, 4, 5, 6, 7)
 
 
@@ -94,7 +94,7 @@ def test_the_documentation_names_every_field_and_exit_code() -> None:
     assert not missing, f"docs/volume-cli.md does not name {sorted(missing)}"
     for state in EXPAND_FILESYSTEM_STATES:
         assert f"`{state}`" in text
-    for code in cli_errors.EXIT_CODES:
+    for code in exit_codes.EXIT_CODES:
         assert re.search(rf"^\| {code} \|", text, re.MULTILINE), f"exit code {code}"
 
 

@@ -18,12 +18,9 @@ from pathlib import Path
 from csi_hostpath.core import access
 from csi_hostpath.core.capacity import refuse_below_reserve
 from csi_hostpath.core.conditions import Problem
-from csi_hostpath.core.context_keys import (
-    FS_TYPE_KEY,
-)
+from csi_hostpath.core.context_keys import FS_TYPE_KEY
 from csi_hostpath.core.errors import (
     CapacityOutOfRange,
-    Incompatible,
     InvalidRequest,
     NoCapacity,
     StillPublished,
@@ -95,6 +92,11 @@ class ControllerService:
         )
 
     # ----- helpers -----
+    def shared_lookups(self) -> AbstractContextManager[None]:
+        """The scope of one RPC's body: where the kernel can't name one mount (no statmount(2)),
+        the mount lookups inside share one read of mountinfo (the system's Mounts)."""
+        return self.system.mounts.shared_lookups()
+
     def _topology(self, volume: Volume) -> list[dict[str, str]]:
         if self.config.pool_scope == PoolScope.LOCAL and volume.node_id:
             return [{self.config.topology_key: volume.node_id}]
@@ -130,7 +132,7 @@ class ControllerService:
         with self.inflight.hold(f"name:{name}", "CreateVolume"):
             existing = self.store.get_volume_by_name(name)
             if existing is not None:
-                self._check_same(
+                access.check_same_volume(
                     existing, capabilities, required_bytes, limit_bytes, parameters, content_source
                 )
                 # The row is committed only after the file exists, so a match is complete.
@@ -244,32 +246,6 @@ class ControllerService:
             self.system.pool.copy_sparse(source_file, dest)
         # The filesystem inside grows to the new size on its next stage.
         self.system.pool.grow(dest, size)
-
-    @staticmethod
-    def _check_same(
-        existing: Volume,
-        capabilities: Sequence[Capability],
-        required_bytes: int,
-        limit_bytes: int,
-        parameters: Mapping[str, str],
-        content_source: ContentSource | None,
-    ) -> None:
-        problems = []
-        if required_bytes and existing.capacity_bytes < required_bytes:
-            problems.append(f"capacity {existing.capacity_bytes} < required {required_bytes}")
-        if limit_bytes and existing.capacity_bytes > limit_bytes:
-            problems.append(f"capacity {existing.capacity_bytes} > limit {limit_bytes}")
-        if set(capabilities) != set(existing.capabilities):
-            problems.append("different volume capabilities")
-        if dict(parameters) != dict(existing.parameters):
-            problems.append("different parameters")
-        if content_source != existing.content_source:
-            problems.append("different content source")
-        if problems:
-            raise Incompatible(
-                f"a volume named {existing.name!r} already exists ({existing.volume_id}) with "
-                + "; ".join(problems)
-            )
 
     def delete_volume(self, volume_id: str) -> None:
         if not is_volume_id(volume_id):

@@ -24,10 +24,10 @@ from typing import Any
 from csi_hostpath.core.model import AccessMode, AccessType, NodePublication, NodeStaging
 from csi_hostpath.core.naming import loop_tag_prefix, volume_id_from_tag
 from csi_hostpath.service.node._log import log
+from csi_hostpath.service.node.node_context import NodeContext
 from csi_hostpath.service.node.node_mounts import NodeMounts
-from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool_layout import Heartbeat
-from csi_hostpath.system.base import LoopDevice, MountEntry, System
+from csi_hostpath.system.base import LoopDevice, MountEntry
 
 
 def heartbeat_entry(s: NodeStaging, publications: list[NodePublication]) -> dict[str, Any]:
@@ -77,21 +77,13 @@ class Unclaimed:
 
 
 class NodeAdopt:
-    def __init__(
-        self,
-        node_id: str,
-        store: Store,
-        system: System,
-        mounts: NodeMounts,
-        pool_volumes: str,
-        unclaimed: Unclaimed,
-    ) -> None:
-        self.node_id = node_id
-        self.store = store
-        self.system = system
+    def __init__(self, ctx: NodeContext, mounts: NodeMounts, unclaimed: Unclaimed) -> None:
+        self.node_id = ctx.node_id
+        self.store = ctx.store
+        self.system = ctx.system
         self.mounts = mounts
         self.owned_dirs = (
-            pool_volumes,
+            str(ctx.layout.volumes),
             str(mounts.inline_dir),
             str(mounts.ephemeral_dir),  # inline files made before they moved to the pool
         )

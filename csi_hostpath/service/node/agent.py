@@ -14,37 +14,24 @@ from csi_hostpath.core.context_keys import GENERATION_KEY
 from csi_hostpath.core.errors import Busy, GenerationRevoked
 from csi_hostpath.core.model import AccessType, NodePublication, NodeStaging
 from csi_hostpath.core.naming import loop_tag
-from csi_hostpath.daemon.config import Config
-from csi_hostpath.service.guard import InFlight
 from csi_hostpath.service.node._log import log
 from csi_hostpath.service.node.adopt import Unclaimed, heartbeat_entry
 from csi_hostpath.service.node.devices import DeviceWatch
+from csi_hostpath.service.node.node_context import NodeContext
 from csi_hostpath.service.node.node_mounts import NodeMounts
-from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool_layout import PoolLayout
-from csi_hostpath.system.base import System
 
 _TOKEN = re.compile(r"[0-9]{1,18}")
 
 
 class NodeAgent:
-    def __init__(
-        self,
-        config: Config,
-        store: Store,
-        system: System,
-        layout: PoolLayout,
-        mounts: NodeMounts,
-        inflight: InFlight,
-        unclaimed: Unclaimed,
-    ) -> None:
-        self.config = config
-        self.node_id = config.node_id
-        self.store = store
-        self.system = system
-        self.layout = layout
+    def __init__(self, ctx: NodeContext, mounts: NodeMounts, unclaimed: Unclaimed) -> None:
+        self.ctx = ctx  # its flags: heartbeat_interval, fence_interval, node_grace
+        self.node_id = ctx.node_id
+        self.store = ctx.store
+        self.system = ctx.system
+        self.layout = ctx.layout
         self.mounts = mounts
-        self.inflight = inflight
+        self.inflight = ctx.inflight
         self._stop = threading.Event()
         # Node RPCs ask for a heartbeat (so inspect sees a stage at once) without paying for the
         # file write themselves; the background thread writes it, coalescing bursts.
@@ -57,7 +44,7 @@ class NodeAgent:
         # Volume ID -> the filesystem error count the heartbeat last reported.
         self._reported_errors: dict[str, int] = {}
         # Loop devices detached behind the driver's back, heard from the kernel's uevents.
-        self.devices = DeviceWatch(self.node_id, store, system, inflight, self.volume_changed)
+        self.devices = DeviceWatch(ctx, self.volume_changed)
 
     def volume_changed(self, volume_id: str) -> None:
         """Report one volume as it is now (staged, targets, or gone): one small file, written
@@ -229,7 +216,7 @@ class NodeAgent:
             self._thread.join(timeout=5)
 
     def _loop(self) -> None:
-        tick = min(self.config.heartbeat_interval, self.config.fence_interval)
+        tick = min(self.ctx.heartbeat_interval, self.ctx.fence_interval)
         next_beat = next_fence = time.monotonic()
         while not self._stop.is_set():
             self._beat_soon.wait(max(0.0, min(next_beat, next_fence) - time.monotonic()))
@@ -245,7 +232,7 @@ class NodeAgent:
                     self.layout.touch(self.node_id)
                     next_beat = now + tick
                 if now >= next_fence:
-                    next_fence = now + self.config.fence_interval
+                    next_fence = now + self.ctx.fence_interval
                     self.fence_revoked()
                     self._after_fence_pass()
                     if self.mounts.forget_released():  # its holders exited
@@ -284,9 +271,9 @@ class NodeAgent:
             if beat.node_id == self.node_id or volume_id not in beat.volumes:
                 continue
             age = beat.age()
-            if age < self.config.node_grace:
+            if age < self.ctx.node_grace:
                 raise Busy(
                     f"volume {volume_id} is still staged on node {beat.node_id!r} (its heartbeat "
                     f"{age:.0f}s ago says so); it unstages or fences itself first, or goes silent "
-                    f"for {self.config.node_grace:.0f}s. Retrying is safe"
+                    f"for {self.ctx.node_grace:.0f}s. Retrying is safe"
                 )

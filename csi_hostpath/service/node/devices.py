@@ -14,25 +14,16 @@ from collections.abc import Callable
 
 from csi_hostpath.core.errors import Busy
 from csi_hostpath.core.naming import loop_tag
-from csi_hostpath.service.guard import InFlight
 from csi_hostpath.service.node._log import log
-from csi_hostpath.store.db import Store
-from csi_hostpath.system.base import System
+from csi_hostpath.service.node.node_context import NodeContext
 
 
 class DeviceWatch:
-    def __init__(
-        self,
-        node_id: str,
-        store: Store,
-        system: System,
-        inflight: InFlight,
-        changed: Callable[[str], None],
-    ) -> None:
-        self.node_id = node_id
-        self.store = store
-        self.system = system
-        self.inflight = inflight
+    def __init__(self, ctx: NodeContext, changed: Callable[[str], None]) -> None:
+        self.node_id = ctx.node_id
+        self.store = ctx.store
+        self.system = ctx.system
+        self.inflight = ctx.inflight
         self.changed = changed  # writes the volume's heartbeat entry
         # Volume ID -> why it is abnormal; the heartbeat carries it.
         self.abnormal: dict[str, str] = {}

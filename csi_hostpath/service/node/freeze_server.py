@@ -20,32 +20,22 @@ from typing import Any
 
 from csi_hostpath.core.errors import Busy, FreezeTimedOut
 from csi_hostpath.core.model import AccessType
-from csi_hostpath.service.guard import InFlight
 from csi_hostpath.service.node._log import log
 from csi_hostpath.service.node.freeze import Freezes
-from csi_hostpath.store.db import Store
+from csi_hostpath.service.node.node_context import NodeContext
 from csi_hostpath.store.freeze_channel import FreezeChannel
-from csi_hostpath.system.base import System
 
 POLL_SECONDS = 0.1
 
 
 class FreezeServer:
-    def __init__(
-        self,
-        node_id: str,
-        store: Store,
-        system: System,
-        channel: FreezeChannel,
-        freezes: Freezes,
-        inflight: InFlight,
-    ) -> None:
-        self.node_id = node_id
-        self.store = store
-        self.system = system
-        self.channel = channel
+    def __init__(self, ctx: NodeContext, freezes: Freezes) -> None:
+        self.node_id = ctx.node_id
+        self.store = ctx.store
+        self.system = ctx.system
+        self.channel = FreezeChannel(ctx.layout.root)  # asks come through the pool
         self.freezes = freezes
-        self.inflight = inflight
+        self.inflight = ctx.inflight
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()

@@ -20,12 +20,9 @@ from csi_hostpath.core.errors import (
 )
 from csi_hostpath.core.model import AccessType, Capability, NodeStaging
 from csi_hostpath.core.naming import is_volume_id, loop_tag
-from csi_hostpath.daemon.config import Config
-from csi_hostpath.service.guard import InFlight
 from csi_hostpath.service.node._log import log
+from csi_hostpath.service.node.node_context import NodeContext
 from csi_hostpath.service.node.node_mounts import NodeMounts
-from csi_hostpath.store.db import Store
-from csi_hostpath.system.base import System
 
 EPHEMERAL_DEFAULT_SIZE = 100 * access.MiB
 
@@ -49,15 +46,13 @@ def ephemeral_volume_id(node_id: str, kubelet_volume_id: str) -> str:
 
 
 class InlineVolumes:
-    def __init__(
-        self, config: Config, store: Store, system: System, mounts: NodeMounts, inflight: InFlight
-    ) -> None:
-        self.config = config
-        self.node_id = config.node_id
-        self.store = store
-        self.system = system
+    def __init__(self, ctx: NodeContext, mounts: NodeMounts) -> None:
+        self.ctx = ctx  # its flags: allow_inline_volumes, max_inline_size, max_volume_size
+        self.node_id = ctx.node_id
+        self.store = ctx.store
+        self.system = ctx.system
         self.mounts = mounts
-        self.inflight = inflight
+        self.inflight = ctx.inflight
         self.ephemeral_dir = mounts.ephemeral_dir
 
     def publish(
@@ -71,7 +66,7 @@ class InlineVolumes:
     ) -> None:
         """An inline ephemeral volume lives and dies with its pod: create, format and mount it
         here, with no controller and no ledger (it is never shared)."""
-        if not self.config.allow_inline_volumes:
+        if not self.ctx.allow_inline_volumes:
             raise Unsupported(
                 "inline ephemeral volumes are off on this node: they take node disk outside every "
                 "quota. Start the driver with --allow-inline-volumes (and --max-inline-size) to "
@@ -85,10 +80,10 @@ class InlineVolumes:
         fs_type = cap.fs_type or volume_context.get(FS_TYPE_KEY, "") or access.DEFAULT_FS_TYPE
         if fs_type not in access.SUPPORTED_FS_TYPES:
             raise InvalidRequest(f"fs_type {fs_type!r} is not supported")
-        cap_bytes = self.config.max_inline_size
+        cap_bytes = self.ctx.max_inline_size
         wanted = volume_context.get(EPHEMERAL_SIZE_KEY, "")
         size = parse_size(wanted) if wanted else min(EPHEMERAL_DEFAULT_SIZE, cap_bytes)
-        size = access.round_capacity(size, 0, fs_type, self.config.max_volume_size)
+        size = access.round_capacity(size, 0, fs_type, self.ctx.max_volume_size)
         if size > cap_bytes:
             raise CapacityOutOfRange(
                 f"an inline volume of {size} bytes exceeds this node's --max-inline-size of "

@@ -1,13 +1,22 @@
-"""NodeGetInfo's volume limit, counted from the kernel at each call: the kubelet asks again every
-nodeAllocatableUpdatePeriodSeconds (and after a ControllerPublishVolume that answered
-RESOURCE_EXHAUSTED), so loop devices taken or given back by others reach the scheduler."""
+"""NodeGetInfo's answer, and its volume limit, counted from the kernel at each call: the kubelet
+asks again every nodeAllocatableUpdatePeriodSeconds (and after a ControllerPublishVolume that
+answered RESOURCE_EXHAUSTED), so loop devices taken or given back by others reach the scheduler."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from csi_hostpath.core.naming import loop_tag_prefix
 from csi_hostpath.core.volume_limit import loop_room, node_volume_limit
 from csi_hostpath.service.node._log import log
 from csi_hostpath.system.base import Loop
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    node_id: str
+    max_volumes: int  # volume_limit's answer
+    topology: dict[str, str]  # this node's segment in local scope; none in shared scope
 
 
 def volume_limit(loop: Loop, node_id: str, max_volumes_per_node: int) -> int:

@@ -23,15 +23,13 @@ from csi_hostpath.core.errors import (
 from csi_hostpath.core.model import AccessType, Capability, NodeStaging
 from csi_hostpath.core.naming import loop_tag, node_key
 from csi_hostpath.service.node._log import log
+from csi_hostpath.service.node.node_context import NodeContext
 from csi_hostpath.service.node.paths import create_file_nofollow, mounted_at, refuse_symlink
-from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.base import (
     CommandError,
     LoopDevice,
     MountEntry,
     ResourceBusy,
-    System,
     held_by,
 )
 
@@ -45,22 +43,20 @@ GROW_SLACK = 1 * access.MiB
 
 
 class NodeMounts:
-    def __init__(
-        self, node_id: str, store: Store, system: System, layout: PoolLayout, ephemeral_dir: Path
-    ) -> None:
-        self.node_id = node_id
-        self.store = store
-        self.system = system
-        self.layout = layout
+    def __init__(self, ctx: NodeContext) -> None:
+        self.node_id = ctx.node_id
+        self.store = ctx.store
+        self.system = ctx.system
+        self.layout = ctx.layout
         # Inline ephemeral volumes belong to this node alone. Their mount points live in its
         # state directory (they hold no bytes); their files live in the pool, in a directory of
         # this node's own that no controller's reconcile reads. A file beside state.db let any
         # pod fill the filesystem that the store must commit to.
-        self.ephemeral_dir = ephemeral_dir
+        self.ephemeral_dir = ctx.state_dir / "ephemeral"
         # Path (a target, a staging path, or a device whose detach waits) -> who held it busy at
         # the last try; the heartbeat reports it, so inspect names them too.
         self.busy: dict[str, dict[str, Any]] = {}
-        self.inline_dir = layout.root / "inline" / node_key(node_id)
+        self.inline_dir = ctx.layout.root / "inline" / node_key(ctx.node_id)
 
     def is_ephemeral(self, staging_path: str) -> bool:
         return staging_path.startswith(str(self.ephemeral_dir) + "/")

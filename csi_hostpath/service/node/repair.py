@@ -13,33 +13,29 @@ from csi_hostpath.service.node._log import log
 from csi_hostpath.service.node.adopt import NodeAdopt, Unclaimed
 from csi_hostpath.service.node.agent import NodeAgent
 from csi_hostpath.service.node.inline import InlineVolumes
+from csi_hostpath.service.node.node_context import NodeContext
 from csi_hostpath.service.node.node_mounts import NodeMounts
-from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool_layout import Heartbeat, PoolLayout
-from csi_hostpath.system.base import System
+from csi_hostpath.store.pool_layout import Heartbeat
 
 
 class NodeRepair:
     def __init__(
         self,
-        node_id: str,
-        store: Store,
-        system: System,
-        layout: PoolLayout,
+        ctx: NodeContext,
         mounts: NodeMounts,
         inline: InlineVolumes,
         agent: NodeAgent,
         unclaimed: Unclaimed,
     ) -> None:
-        self.node_id = node_id
-        self.store = store
-        self.system = system
-        self.layout = layout
+        self.node_id = ctx.node_id
+        self.store = ctx.store
+        self.system = ctx.system
+        self.layout = ctx.layout
         self.mounts = mounts
         self.inline = inline
         self.agent = agent
         self.unclaimed = unclaimed
-        self.adopt = NodeAdopt(node_id, store, system, mounts, str(layout.volumes), unclaimed)
+        self.adopt = NodeAdopt(ctx, mounts, unclaimed)
         # Item name -> (volume ID or "", the step): what failed and is retried.
         self.pending: dict[str, tuple[str, Callable[[], object]]] = {}
 

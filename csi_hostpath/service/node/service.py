@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from csi_hostpath.core import access, ledger_rules
+from csi_hostpath.core.conditions import Problem
 from csi_hostpath.core.context_keys import (
     ACCESS_TYPE_KEY,
     EPHEMERAL_KEY,
@@ -37,21 +38,21 @@ from csi_hostpath.core.model import (
     NodeStaging,
 )
 from csi_hostpath.core.naming import is_volume_id, loop_tag, node_key
-from csi_hostpath.daemon.config import Config, PoolScope
-from csi_hostpath.service.guard import InFlight
+from csi_hostpath.daemon.config import Config
 from csi_hostpath.service.node._log import log
 from csi_hostpath.service.node.adopt import Unclaimed
 from csi_hostpath.service.node.agent import NodeAgent
 from csi_hostpath.service.node.freeze import Freezes
 from csi_hostpath.service.node.freeze_server import FreezeServer
 from csi_hostpath.service.node.inline import InlineVolumes
+from csi_hostpath.service.node.limit import NodeInfo, volume_limit
+from csi_hostpath.service.node.node_context import NodeContext
 from csi_hostpath.service.node.node_mounts import NodeMounts
 from csi_hostpath.service.node.paths import DriverDirs, check_path, mounted_at
 from csi_hostpath.service.node.repair import NodeRepair
 from csi_hostpath.service.node.stats import StagedVolumes, VolumeStats
 from csi_hostpath.service.node.tuning import NodeTuning
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.freeze_channel import FreezeChannel
 from csi_hostpath.store.mutable_records import MutableRecords
 from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.base import System
@@ -59,45 +60,27 @@ from csi_hostpath.system.base import System
 
 class NodeService:
     def __init__(self, config: Config, store: Store, system: System, layout: PoolLayout) -> None:
-        self.config = config
-        self.node_id = config.node_id
+        ctx = self.ctx = NodeContext.from_config(config, store, system, layout)
+        self.node_id = ctx.node_id
         self.store = store
         self.system = system
         self.layout = layout
-        self.inflight = InFlight()
+        self.inflight = ctx.inflight
         # Each job in its own part; NodeService keeps the RPC use-cases and wires them together.
-        self.mounts = NodeMounts(
-            self.node_id, store, system, layout, config.state_dir / "ephemeral"
-        )
-        self.inline = InlineVolumes(config, store, system, self.mounts, self.inflight)
+        self.mounts = NodeMounts(ctx)
+        self.inline = InlineVolumes(ctx, self.mounts)
         self.unclaimed = Unclaimed()
-        self.agent = NodeAgent(
-            config, store, system, layout, self.mounts, self.inflight, self.unclaimed
-        )
+        self.agent = NodeAgent(ctx, self.mounts, self.unclaimed)
         # Freeze records in the pool: they must outlive a lost state directory.
         frozen = layout.root / "frozen" / node_key(self.node_id)
-        self.freezes = Freezes(config.state_dir, system, config.max_freeze_seconds, frozen)
+        self.freezes = Freezes(ctx.state_dir, system, ctx.max_freeze_seconds, frozen)
         # Freezes asked for by a controller in another process, through the pool.
-        self.freeze_server = FreezeServer(
-            self.node_id, store, system, FreezeChannel(layout.root), self.freezes, self.inflight
-        )
-        self.repair = NodeRepair(
-            self.node_id, store, system, layout, self.mounts, self.inline, self.agent,
-            self.unclaimed,
-        )  # fmt: skip
-        self.tuning = NodeTuning(MutableRecords(layout.root), system.io, config.state_dir)
-        self.volumes = StagedVolumes(
-            self.node_id, store, system, layout, self.mounts, self.inline, self.freezes,
-            self.inflight, config.max_freeze_seconds / 2,
-        )  # fmt: skip
+        self.freeze_server = FreezeServer(ctx, self.freezes)
+        self.repair = NodeRepair(ctx, self.mounts, self.inline, self.agent, self.unclaimed)
+        self.tuning = NodeTuning(MutableRecords(layout.root), system.io, ctx.state_dir)
+        self.volumes = StagedVolumes(ctx, self.mounts, self.inline, self.freezes)
         # Where the CO's staging and target paths may never resolve to (paths.py).
-        self.paths = DriverDirs(
-            {"state directory": config.state_dir, "pool directory": config.pool_dir}
-        )
-
-    @property
-    def ephemeral_dir(self) -> Path:
-        return self.mounts.ephemeral_dir
+        self.paths = DriverDirs({"state directory": ctx.state_dir, "pool directory": ctx.pool_dir})
 
     # ----- the background agent and reconcile, for the server -----
     def beat(self) -> None:
@@ -389,14 +372,25 @@ class NodeService:
             log.info("unpublished %s from %s", volume_id, target_path)
             self.inline.delete_if_unpublished(volume_id, resolved)
 
-    # ----- expansion and stats -----
+    # ----- expansion, stats and health -----
     def expand(self, volume_id: str, volume_path: str, required_bytes: int) -> int:
         return self.volumes.expand(volume_id, volume_path, required_bytes)
 
     def stats(self, volume_id: str, volume_path: str) -> VolumeStats:
         return self.volumes.stats(volume_id, volume_path)
 
-    def accessible_topology(self) -> dict[str, str]:
-        if self.config.pool_scope == PoolScope.LOCAL:
-            return {self.config.topology_key: self.node_id}
-        return {}
+    def health(self, volume_id: str, publish_path: str, staging_path: str) -> list[Problem]:
+        return self.volumes.health(volume_id, publish_path, staging_path)
+
+    def storage_health(self) -> list[Problem]:
+        return self.volumes.storage_health()
+
+    # ----- NodeGetInfo, and the scope of an RPC -----
+    def node_info(self) -> NodeInfo:
+        limit = volume_limit(self.system.loop, self.node_id, self.ctx.max_volumes_per_node)
+        return NodeInfo(self.node_id, limit, dict(self.ctx.topology))
+
+    def shared_lookups(self) -> AbstractContextManager[None]:
+        """The scope of one RPC's body: where the kernel can't name one mount (no statmount(2)),
+        the mount lookups inside share one read of mountinfo (the system's Mounts)."""
+        return self.system.mounts.shared_lookups()

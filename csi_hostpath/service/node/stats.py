@@ -20,14 +20,12 @@ from csi_hostpath.core.errors import (
 )
 from csi_hostpath.core.model import AccessType, NodeStaging
 from csi_hostpath.core.naming import loop_tag
-from csi_hostpath.service.guard import InFlight
 from csi_hostpath.service.node._log import log
 from csi_hostpath.service.node.freeze import Freezes
 from csi_hostpath.service.node.inline import InlineVolumes
+from csi_hostpath.service.node.node_context import NodeContext
 from csi_hostpath.service.node.node_mounts import NodeMounts
-from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool_layout import PoolLayout
-from csi_hostpath.system.base import FsStats, LoopDevice, NotPermitted, System
+from csi_hostpath.system.base import FsStats, LoopDevice, NotPermitted
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,21 +41,23 @@ class VolumeStats:
     message: str = ""
 
 
-@dataclass
 class StagedVolumes:
     """Expansion and stats of the volumes this node staged."""
 
-    node_id: str
-    store: Store
-    system: System
-    layout: PoolLayout
-    mounts: NodeMounts
-    inline: InlineVolumes
-    freezes: Freezes
-    inflight: InFlight
-    # NodeGetVolumeHealth calls a volume DEGRADED once a freeze is this old (seconds): the node
-    # passes half of --max-freeze-seconds, a freeze half-way to its watchdog's thaw.
-    frozen_after: float = 15.0
+    def __init__(
+        self, ctx: NodeContext, mounts: NodeMounts, inline: InlineVolumes, freezes: Freezes
+    ) -> None:
+        self.node_id = ctx.node_id
+        self.store = ctx.store
+        self.system = ctx.system
+        self.layout = ctx.layout
+        self.mounts = mounts
+        self.inline = inline
+        self.freezes = freezes
+        self.inflight = ctx.inflight
+        # NodeGetVolumeHealth calls a volume DEGRADED once a freeze is this old (seconds): half
+        # of --max-freeze-seconds, a freeze half-way to its watchdog's thaw.
+        self.frozen_after = ctx.max_freeze_seconds / 2
 
     def expand(self, volume_id: str, volume_path: str, required_bytes: int) -> int:
         """Make the loop device and the filesystem on it follow a grown backing file."""
