@@ -332,8 +332,6 @@ def test_rbac_is_least_privilege(rendered: Rendered) -> None:
                     assert "*" not in rule.get(field, []), f"{role['metadata']['name']}: {rule}"
                 assert "secrets" not in rule["resources"], role["metadata"]["name"]
                 assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
-    # The driver's own roles, each bound to its account; the plugin user's reader roles are
-    # bound to whom why.readers names (tests/chart/test_why_reader.py).
     bindings = rendered.drivers("ClusterRoleBinding") + rendered.drivers("RoleBinding")
     bound = {b["roleRef"]["name"] for b in bindings}
     for kind in RBAC_KINDS:
