@@ -74,6 +74,6 @@ kind-deploy: image  ## load the image into kind (as an archive) and helm upgrade
 # last cluster up; --only LETTERS, --plain LETTERS (the no-/dev shape's, abdkp), --no-plain.
 E2E_ARGS ?=
 
-kind-e2e: install  ## experiments a-o on kind, a b d k p on kind without the host's /dev, nothing left behind (root; E2E_ARGS=--dry-run)
+kind-e2e: install  ## experiments a-q on kind, a b d k p on kind without the host's /dev, nothing left behind (root; E2E_ARGS=--dry-run)
 	$(SUDO) KIND_CLUSTER=$(KIND_CLUSTER) KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) PY=$(PY) \
 		bash tools/kind-e2e.sh $(E2E_ARGS)

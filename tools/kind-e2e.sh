@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make kind-e2e: the experiments of docs/kind.md (a-o, tests/cluster/e2e) on kind, on two node
+# make kind-e2e: the experiments of docs/kind.md (a-q, tests/cluster/e2e) on kind, on two node
 # shapes, then a check that nothing is left on the host.
 #
 #   tools/kind-e2e.sh [--dry-run] [--keep] [--only LETTERS] [--plain LETTERS] [--no-plain]
@@ -86,7 +86,7 @@ shape() {
   if ! run env KIND_CONFIG="$config" bash tools/kind/up.sh; then
     failed+=("$name: kind-up")
   else
-    step "$name: experiments ${letters:-a-o}"
+    step "$name: experiments ${letters:-a-q}"
     experiments "$letters" || rc=$?
     [ "$rc" = 0 ] || failed+=("$name: experiments (exit $rc)")
   fi

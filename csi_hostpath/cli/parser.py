@@ -267,6 +267,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         help="HOST:PORT (or :PORT) to serve Prometheus metrics on (default empty: off)",
     )
+    serve.add_argument(
+        "--ledger-view",
+        action="store_true",
+        help="on the metrics address, also serve what the ledger knows of a volume "
+        "(GET /ledger/v1/volumes/ID, JSON, read-only; for `kubectl csi-hostpath why`); a "
+        "controller only; default off",
+    )
     _add_node_policy_args(serve)
     serve.add_argument(
         "--log-format",
@@ -325,6 +332,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
             "--self-publish needs --pool-scope local and --mode all (the node must be the "
             "controller of its own pool); drop it, or run the local shape"
         )
+    if args.ledger_view and not args.metrics_address:
+        raise ValueError("--ledger-view is served on the metrics address: give --metrics-address")
     state_dir = Path(args.state_dir).absolute()
     pool_dir = Path(args.pool_dir).absolute() if args.pool_dir else state_dir / "pool"
     return Config(
@@ -346,6 +355,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         max_freeze_seconds=args.max_freeze_seconds,
         workers=args.workers,
         metrics_address=args.metrics_address,
+        ledger_view=args.ledger_view,
         log_format=args.log_format,
         self_publish=args.self_publish,
         allow_inline_volumes=args.allow_inline_volumes,

@@ -42,6 +42,8 @@ class Config:
     max_freeze_seconds: float = 30.0  # a snapshot's freeze is thawed by a watchdog after this
     workers: int = 16
     metrics_address: str = ""  # HOST:PORT for Prometheus; "" = no metrics endpoint
+    # The ledger's read-only view of a volume on the metrics address (daemon/status_http.py).
+    ledger_view: bool = False
     log_format: str = "text"  # "text" (key=value) or "json"
     # NodeStage takes the node's own hold when the CO does no attach (local scope, mode all only).
     self_publish: bool = False

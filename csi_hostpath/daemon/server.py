@@ -26,6 +26,7 @@ from csi_hostpath.api.self_publish import SelfPublish
 from csi_hostpath.api.snapshot_metadata import SnapshotMetadataServicer
 from csi_hostpath.daemon.config import Config
 from csi_hostpath.daemon.endpoint import claim_endpoint
+from csi_hostpath.daemon.status_http import LedgerView, serve_status
 from csi_hostpath.daemon.stop_signals import stop_on_signals
 from csi_hostpath.service.controller import ControllerService
 from csi_hostpath.service.controller.changed_blocks import SnapshotMetadataService
@@ -34,6 +35,7 @@ from csi_hostpath.service.controller.group_snapshots import GroupSnapshots
 from csi_hostpath.service.controller.modify import ModifyService
 from csi_hostpath.service.controller.pool_truth import open_pool
 from csi_hostpath.service.controller.remote_freeze import RemoteFreeze
+from csi_hostpath.service.ledger_view import ledger_view
 from csi_hostpath.service.metrics import Metrics, build_metrics
 from csi_hostpath.service.node import NodeService
 from csi_hostpath.service.readiness import Readiness
@@ -284,8 +286,6 @@ def _bind(server: AioServer, socket_path: Path) -> None:
 
 
 def start(driver: Driver) -> None:
-    from prometheus_client import start_http_server
-
     driver.server.start()
     os.chmod(driver.config.socket_path, 0o600)
     if driver.node is not None:
@@ -295,7 +295,9 @@ def start(driver: Driver) -> None:
     driver._threads.append(t)
     if driver.config.metrics_address:
         host, port = parse_listen_address(driver.config.metrics_address)
-        driver.metrics_server, _ = start_http_server(port, host, registry=driver.metrics.registry)
+        driver.metrics_server = serve_status(
+            host, port, driver.metrics.registry, _ledger_view_of(driver)
+        )
         log.info("metrics on http://%s:%d/metrics", host, port)
     driver.started.set()  # Probe answered ready=false, and health NOT_SERVING, until here
     driver.check_health()
@@ -309,6 +311,15 @@ def start(driver: Driver) -> None:
         driver.config.pool_dir,
         driver.config.pool_scope.value,
     )
+
+
+def _ledger_view_of(driver: Driver) -> LedgerView | None:
+    """The ledger's read-only view of one volume, where this process holds a ledger and
+    --ledger-view asks for it."""
+    if not driver.config.ledger_view or driver.controller is None:
+        return None
+    store, layout, grace = driver.store, driver.layout, driver.config.node_grace
+    return lambda volume_id: ledger_view(store, layout, volume_id, grace)
 
 
 def serve(config: Config) -> int:

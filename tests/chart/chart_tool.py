@@ -32,6 +32,9 @@ KUBE_VERSION = "1.35.0"
 SNAPSHOT_API = "snapshot.storage.k8s.io/v1"
 CBT_API = "cbt.storage.k8s.io/v1alpha1"
 
+# The component label of what templates/why.yaml renders for the plugin's user.
+WHY_READER = "why-reader"
+
 PIP_HINT = "pip install helm-python-sdk==0.2.2 kubernetes-validate==1.37.0 (the dev extras)"
 
 
@@ -111,6 +114,15 @@ class Rendered:
 
     def of_kind(self, kind: str) -> list[dict[str, Any]]:
         return [o for o in self.objects if o["kind"] == kind]
+
+    def drivers(self, kind: str) -> list[dict[str, Any]]:
+        """The objects of that kind the driver itself runs with: all but those granting the
+        kubectl plugin's user their reads (templates/why.yaml, component why-reader)."""
+        return [
+            o
+            for o in self.of_kind(kind)
+            if o["metadata"].get("labels", {}).get("app.kubernetes.io/component") != WHY_READER
+        ]
 
     def one(self, kind: str) -> dict[str, Any]:
         found = self.of_kind(kind)

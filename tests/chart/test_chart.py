@@ -332,10 +332,10 @@ def test_rbac_is_least_privilege(rendered: Rendered) -> None:
                     assert "*" not in rule.get(field, []), f"{role['metadata']['name']}: {rule}"
                 assert "secrets" not in rule["resources"], role["metadata"]["name"]
                 assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
-    bindings = rendered.of_kind("ClusterRoleBinding") + rendered.of_kind("RoleBinding")
+    bindings = rendered.drivers("ClusterRoleBinding") + rendered.drivers("RoleBinding")
     bound = {b["roleRef"]["name"] for b in bindings}
     for kind in RBAC_KINDS:
-        for role in rendered.of_kind(kind):
+        for role in rendered.drivers(kind):
             assert role["metadata"]["name"] in bound, f"{role['metadata']['name']} is unbound"
     for b in bindings:
         assert b["subjects"] == [
@@ -351,7 +351,7 @@ def test_rbac_is_least_privilege(rendered: Rendered) -> None:
 def test_each_sidecar_has_its_own_cluster_role(rendered: Rendered) -> None:
     fullname = rendered.one("StatefulSet")["metadata"]["name"].removesuffix("-controller")
     roles = {
-        r["metadata"]["name"].removeprefix(f"{fullname}-") for r in rendered.of_kind("ClusterRole")
+        r["metadata"]["name"].removeprefix(f"{fullname}-") for r in rendered.drivers("ClusterRole")
     }
     sidecars = {c["name"] for c in controller_pod(rendered)["containers"]}
     expected = {n.removeprefix("csi-") for n in sidecars if n.startswith("csi-")} - {"hostpath"}
@@ -360,12 +360,12 @@ def test_each_sidecar_has_its_own_cluster_role(rendered: Rendered) -> None:
 
 def test_leader_election(rendered: Rendered) -> None:
     enabled = rendered.values["controller"]["leaderElection"]
-    assert (len(rendered.of_kind("Role")) == 1) is enabled
+    assert (len(rendered.drivers("Role")) == 1) is enabled
     for c in controller_pod(rendered)["containers"]:
         if c["name"] in {"csi-provisioner", "csi-attacher", "csi-resizer", "csi-snapshotter"}:
             assert ("--leader-election" in c["args"]) is enabled, c["name"]
     if enabled:
-        rules = rendered.one("Role")["rules"]
+        rules = rendered.drivers("Role")[0]["rules"]
         assert rules == [
             {
                 "apiGroups": ["coordination.k8s.io"],

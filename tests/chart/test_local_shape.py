@@ -118,12 +118,12 @@ def test_rbac(local: Rendered) -> None:
     accounts = local.of_kind("ServiceAccount")
     assert [a["metadata"]["name"] for a in accounts] == [account]
     assert "automountServiceAccountToken" not in accounts[0]
-    bindings = local.of_kind("ClusterRoleBinding") + local.of_kind("RoleBinding")
+    bindings = local.drivers("ClusterRoleBinding") + local.drivers("RoleBinding")
     for b in bindings:
         assert b["subjects"] == [
             {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
         ]
-    roles = {r["metadata"]["name"].rsplit("-", 1)[-1] for r in local.of_kind("ClusterRole")}
+    roles = {r["metadata"]["name"].rsplit("-", 1)[-1] for r in local.drivers("ClusterRole")}
     assert roles <= {"provisioner", "snapshotter"} and "provisioner" in roles
     capacity = _rules(local, "Role", "-capacity")
     assert capacity == [
@@ -135,7 +135,7 @@ def test_rbac(local: Rendered) -> None:
         # The owner lookup at level 1 reads the pod only (pkg/owner/owner.go, lookupRecursive).
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
     ]
-    assert {r["metadata"]["name"] for r in local.of_kind("Role")} == {
+    assert {r["metadata"]["name"] for r in local.drivers("Role")} == {
         f"{account.removesuffix('-node')}-capacity"
     }
     for kind in ("ClusterRole", "Role"):

@@ -4,6 +4,8 @@ run which can't reach its cluster prints every experiment as not reached and exi
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from pathlib import Path
 
@@ -40,9 +42,9 @@ def test_only_a_run_where_every_experiment_passed_passes() -> None:
     assert not all_passed([ok, Result("b", "t", "FAILED", 0.0)])
 
 
-def test_every_experiment_a_to_p_is_registered_once_in_its_shape() -> None:
-    assert sorted(context.REGISTRY) == list("abcdefghijklmnop")
-    assert sorted(runner.ORDER) == list("abcdefghijklmnop")
+def test_every_experiment_a_to_q_is_registered_once_in_its_shape() -> None:
+    assert sorted(context.REGISTRY) == list("abcdefghijklmnopq")
+    assert sorted(runner.ORDER) == list("abcdefghijklmnopq")
     assert context.REGISTRY["j"].shape == context.REGISTRY["o"].shape == "local"
     assert {e.shape for k, e in context.REGISTRY.items() if k not in "jo"} == {"shared"}
     with pytest.raises(ValueError, match="twice"):
@@ -51,10 +53,11 @@ def test_every_experiment_a_to_p_is_registered_once_in_its_shape() -> None:
 
 def test_the_order_keeps_the_disruptive_ones_last() -> None:
     order = runner.ORDER
-    # The lost node after everything that needs both nodes; the uninstall after every shared
-    # experiment; the local shape, which needs its own install, at the end.
-    assert order.index("e") > max(order.index(x) for x in "abcdfghikmn")
-    assert order.index("l") > order.index("e")
+    # The lost nodes (e, and q's) after everything that needs both nodes; the uninstall after
+    # every shared experiment; the local shape, which needs its own install, at the end.
+    for lost in "eq":
+        assert order.index(lost) > max(order.index(x) for x in "abcdfghikmnp")
+        assert order.index("l") > order.index(lost)
     assert order[-1] == "j" and order.index("o") > order.index("l")
 
 
@@ -103,7 +106,7 @@ def test_list_prints_every_experiment_and_touches_nothing(
 ) -> None:
     assert runner.main(["--list"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line[0] for line in lines] == list("abcdefghijklmnop")
+    assert [line[0] for line in lines] == list("abcdefghijklmnopq")
 
 
 def test_the_manifests_it_applies_are_valid_kubernetes() -> None:
@@ -197,3 +200,93 @@ def test_the_topology_experiments_manifests_are_valid_kubernetes() -> None:
         validate(obj)
     assert exp_topology.DISTRIBUTED == "--enable-distributed-snapshotting"
     assert exp_limits.TAKEN > 0
+
+
+def test_the_why_experiments_manifests_are_valid_kubernetes() -> None:
+    from tests.cluster.e2e import why_plugin
+    from tests.unit.why_shapes import volume
+
+    original = volume("pvc-s", "vol-" + "1" * 32, "survivor", 12, 13)
+    shadow_pv, shadow_claim = why_plugin.shadow(original, "e2e-q-shadow", "e2e-q", "shadow")
+    doomed = context.pod("doomed", "e2e-q", "survivor", "sleep 1", node="n1")
+    doomed["spec"]["tolerations"] = why_plugin.UNTIL_DEATH
+    objs = [
+        *why_plugin.reader_rbac("e2e-q", "csi-hostpath", "csi-hostpath"),
+        why_plugin.block_pod("first", "e2e-q", "disk", "n1"),
+        context.pvc("disk", "e2e-q", volumeMode="Block"),
+        shadow_pv,
+        shadow_claim,
+        doomed,
+    ]
+    for obj in objs:
+        validate(obj)
+    # Kubernetes lets the second volume attach anywhere; deleting it keeps the data.
+    assert shadow_pv["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert shadow_pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+    assert shadow_pv["spec"]["csi"]["volumeHandle"] == original["spec"]["csi"]["volumeHandle"]
+    assert shadow_claim["spec"]["volumeName"] == "e2e-q-shadow"
+
+
+def test_the_why_reader_is_bound_to_the_charts_roles_only() -> None:
+    from tests.chart import chart_tool
+    from tests.cluster.e2e import why_plugin
+
+    assert why_plugin.fullname("csi-hostpath") == "csi-hostpath"
+    assert why_plugin.fullname("store") == "store-csi-hostpath"
+    rendered = chart_tool.render({})
+    roles = {
+        (o["kind"], o["metadata"]["name"])
+        for o in rendered.objects
+        if o["kind"] in ("ClusterRole", "Role")
+    }
+    for b in why_plugin.reader_rbac("e2e-q", chart_tool.RELEASE, chart_tool.NAMESPACE)[1:]:
+        assert (b["roleRef"]["kind"], b["roleRef"]["name"]) in roles
+        assert b["subjects"] == [
+            {"kind": "ServiceAccount", "name": "why-reader", "namespace": "e2e-q"}
+        ]
+
+
+def test_the_readers_kubeconfig_is_read_as_kubectl_reads_it(tmp_path: Path) -> None:
+    from csi_hostpath.client.kube_access import connect
+    from tests.cluster.e2e import why_plugin
+
+    admin = {"clusters": [{"name": "kind-x", "cluster": {"server": "https://127.0.0.1:6443"}}]}
+    path = tmp_path / "reader"
+    path.write_text(json.dumps(why_plugin.reader_kubeconfig(admin, "t0ken", "e2e-q")))
+    access = connect(str(path), None)
+    try:
+        assert (access.namespace, access.where) == ("e2e-q", "why-reader")
+        assert access.api.configuration.host == "https://127.0.0.1:6443"
+        auth = access.api.configuration.auth_settings()["BearerToken"]
+        assert (auth["key"], auth["value"]) == ("authorization", "Bearer t0ken")
+    finally:
+        access.api.close()
+
+
+def test_the_why_experiments_expectations_are_the_plugins_own_words() -> None:
+    """Each case's expected words, given the unit fixtures' names, are in what the plugin says
+    of those fixtures: the experiment checks the real cluster for the same sentences."""
+    from csi_hostpath.core.why_blocker import diagnose
+    from tests.cluster.e2e import why_plugin
+    from tests.unit.test_why_core import observed
+    from tests.unit.why_cases import CASES
+
+    names = {
+        "multi-attach-ledger": {"a": "w1", "b": "w2"},
+        "holder-gone": {"a": "w1", "pv": "pvc-s"},
+        "fenced": {"a": "w1", "pv": "pvc-s"},
+    }
+    for case in CASES:
+        reason = diagnose(observed(case)).blocker.reason
+        for words in why_plugin.expected(case.name, "shop", **names.get(case.name, {})):
+            assert words in reason, (case.name, words, reason)
+
+
+def test_the_reason_line_is_read_from_the_plugins_text() -> None:
+    from tests.cluster.e2e import why_plugin
+
+    out = "pod ns/p on node n\nclaim c\nreason: nothing blocks: x\nnext: nothing to do\n"
+    assert why_plugin.line_of(out, "reason") == "nothing blocks: x"
+    assert why_plugin.line_of(out, "next") == "nothing to do"
+    assert why_plugin.line_of(out, "risk") == ""
+    assert why_plugin.plugin_path().split(os.pathsep)[0].endswith("bin")

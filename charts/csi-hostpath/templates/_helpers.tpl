@@ -181,3 +181,30 @@ roleRef:
   kind: {{ .kind }}
   name: {{ $fullname }}-{{ .role }}
 {{- end -}}
+
+{{/*
+"true" when the driver serves its ledger's read-only view of a volume (--ledger-view, on the
+metrics port) for `kubectl csi-hostpath why`: asked for, and the metrics port is there.
+*/}}
+{{- define "csi-hostpath.ledgerViewEnabled" -}}
+{{- if and .Values.why.enabled .Values.metrics.enabled -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/*
+The Service the plugin reaches that view through (the API server's service proxy), and the one
+id a reader's RBAC may proxy to: NAME:PORT, as the request's URL names it.
+*/}}
+{{- define "csi-hostpath.ledgerService" -}}
+{{- printf "%s-ledger" (include "csi-hostpath.fullname" .) -}}
+{{- end -}}
+
+{{- define "csi-hostpath.ledgerRoute" -}}
+{{- $fullname := include "csi-hostpath.fullname" . -}}
+{{- if include "csi-hostpath.localShape" . -}}
+{{- dict "namespace" .Release.Namespace "pods" (printf "app.kubernetes.io/instance=%s,app.kubernetes.io/component=node" .Release.Name) "port" (toString .Values.metrics.port) | toJson -}}
+{{- else -}}
+{{- dict "namespace" .Release.Namespace "service" (include "csi-hostpath.ledgerService" .) "port" "metrics" "controllerPod" (printf "%s-controller-0" $fullname) | toJson -}}
+{{- end -}}
+{{- end -}}

@@ -41,6 +41,8 @@ def heartbeat_entry(s: NodeStaging, publications: list[NodePublication]) -> dict
         "fs_type": s.fs_type,
         "readonly": s.readonly,
         "generation": s.generation,
+        # When the stage was done: how long the attach-to-stage step took, for a reader.
+        "staged_at": s.staged_at,
         "targets": sorted(p.target_path for p in publications),
         "publications": [
             {"target": p.target_path, "readonly": p.readonly, "mount_flags": list(p.mount_flags)}
@@ -162,6 +164,7 @@ class NodeAdopt:
             fs_type = str(entry.get("fs_type", ""))
             readonly = bool(entry.get("readonly", device.read_only))
             publications = list(entry.get("publications", []))
+            staged_at = float(entry.get("staged_at", time.time()))
         except (KeyError, ValueError, TypeError):
             return "the heartbeat's entry lacks the access mode (written by an older version)"
         if access_type == AccessType.MOUNT:
@@ -177,7 +180,7 @@ class NodeAdopt:
                 fs_type,
                 device.path,
                 generation,
-                time.time(),
+                staged_at,
                 readonly,
             )
         )

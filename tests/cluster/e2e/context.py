@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.cluster.e2e.kube import Failed, Kube, Obj
+from tests.cluster.e2e.kube import Failed, Kube, Obj, condition
 from tests.cluster.e2e.nodes import Nodes
 
 # The chart's defaults (charts/csi-hostpath/values.yaml).
@@ -68,6 +68,22 @@ class Ctx:
             ) is None:
                 return p
         raise Failed(f"no node plugin pod on {node}")
+
+    def node_ready(self, node: str) -> bool:
+        c = condition(self.kube.get("v1", "Node", node), "Ready")
+        return c is not None and c.get("status") == "True"
+
+    def take_node_away(self, node: str) -> None:
+        """Stop the node's kubelet and SIGKILL its node plugin: gone, as the control plane and
+        the ledger see it, while its pods' processes go on."""
+        plugin = self.node_plugin(node)
+        cid = next(
+            s["containerID"]
+            for s in plugin["status"]["containerStatuses"]
+            if s["name"] == "csi-hostpath"
+        )
+        self.nodes.stop_kubelet(node)
+        self.nodes.kill_container(node, cid)
 
     def ledger(self, *args: str) -> str:
         """The driver's own ledger CLI, in the controller pod, on the controller's state."""
@@ -180,6 +196,31 @@ def pod(
         "kind": "Pod",
         "metadata": {"name": name, "namespace": ns},
         "spec": spec,
+    }
+
+
+def service_account(name: str, ns: str) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": name, "namespace": ns},
+    }
+
+
+def account_binding(kind: str, name: str, role: str, account: str, ns: str, at: str = "") -> Obj:
+    """A ClusterRoleBinding (or, with `at`, a RoleBinding in that namespace) of role (a
+    ClusterRole, or a Role) to the ServiceAccount ns/account."""
+    meta: Obj = {"name": name, **({"namespace": at} if at else {})}
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": kind,
+        "metadata": meta,
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}],
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": kind.removesuffix("Binding"),
+            "name": role,
+        },
     }
 
 

@@ -8,7 +8,16 @@ from __future__ import annotations
 
 import json
 
-from tests.cluster.e2e.context import SNAP_API, Ctx, expect, experiment, log, pvc
+from tests.cluster.e2e.context import (
+    SNAP_API,
+    Ctx,
+    account_binding,
+    expect,
+    experiment,
+    log,
+    pvc,
+    service_account,
+)
 from tests.cluster.e2e.exp_data import _ready, _snapshot
 from tests.cluster.e2e.kube import Failed, Obj, until
 
@@ -79,11 +88,7 @@ def client_rbac(ns: str, account: str) -> list[Obj]:
     deploy/snapshot-metadata-client-cluster-role.yaml (v0.2.0)."""
     role = f"{ns}-{account}"
     return [
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": {"name": account, "namespace": ns},
-        },
+        service_account(account, ns),
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
@@ -102,17 +107,7 @@ def client_rbac(ns: str, account: str) -> list[Obj]:
                 {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]},
             ],
         },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": role},
-            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}],
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": role,
-            },
-        },
+        account_binding("ClusterRoleBinding", role, role, account, ns),
     ]
 
 

@@ -12,7 +12,7 @@ import signal
 import threading
 
 from tests.cluster.e2e.context import Ctx, expect, experiment, log, pod, pvc
-from tests.cluster.e2e.kube import condition, holds, pod_ready, until
+from tests.cluster.e2e.kube import holds, pod_ready, until
 
 WRITER = (
     "i=0; while true; do i=$((i+1)); "
@@ -110,11 +110,6 @@ class Probe:
         self.proc.wait(timeout=10)
 
 
-def _node_ready(ctx: Ctx, node: str) -> bool:
-    c = condition(ctx.kube.get("v1", "Node", node), "Ready")
-    return c is not None and c.get("status") == "True"
-
-
 TAINT = "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"
 
 
@@ -129,12 +124,6 @@ def lost_node(ctx: Ctx) -> None:
     vol = k.volume_handle(ns, "survivor")
     pv = (k.pvc(ns, "survivor") or {})["spec"]["volumeName"]
     until("doomed has written", lambda: _lines(ctx, ns, "doomed") >= 3, 30)
-    plugin = ctx.node_plugin(a)
-    cid = next(
-        s["containerID"]
-        for s in plugin["status"]["containerStatuses"]
-        if s["name"] == "csi-hostpath"
-    )
     mount = (
         f"/var/lib/kubelet/pods/{doomed['metadata']['uid']}/volumes/kubernetes.io~csi/{pv}/mount"
     )
@@ -143,11 +132,10 @@ def lost_node(ctx: Ctx) -> None:
     tainted = False
     try:
         log(f"  stopping {a}'s kubelet and killing its node plugin ({b} runs the controller)")
-        ctx.nodes.stop_kubelet(a)
         kubelet_down = True
-        ctx.nodes.kill_container(a, cid)
+        ctx.take_node_away(a)
         probe = Probe(ctx, a, mount)
-        until(f"{a} NotReady", lambda: not _node_ready(ctx, a), 180, 3)
+        until(f"{a} NotReady", lambda: not ctx.node_ready(a), 180, 3)
         k.apply([pod("rescue", ns, "survivor", "tail -n 3 /data/log; sleep 3600", node=b)])
         holds(
             "the replacement stuck while A can't be reached",
@@ -197,7 +185,7 @@ def lost_node(ctx: Ctx) -> None:
             ctx.nodes.start_kubelet(a)
         if tainted:
             k.kubectl("taint", "node", a, TAINT + "-", check=False)
-        until(f"{a} Ready again", lambda: _node_ready(ctx, a), 180, 3)
+        until(f"{a} Ready again", lambda: ctx.node_ready(a), 180, 3)
         until(f"{a}'s node plugin Ready again", lambda: pod_ready(ctx.node_plugin(a)), 180, 3)
 
 

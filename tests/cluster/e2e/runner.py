@@ -29,6 +29,7 @@ from tests.cluster.e2e import (  # noqa: F401  (they register)
     exp_nodes,
     exp_pool,
     exp_topology,
+    exp_why,
 )
 from tests.cluster.e2e.chart import Installer
 from tests.cluster.e2e.context import REGISTRY, Ctx, log
@@ -36,9 +37,9 @@ from tests.cluster.e2e.kube import Failed, Kube
 from tests.cluster.e2e.nodes import REPO, KindNodes, Nodes
 from tests.cluster.e2e.table import Result, all_passed, render
 
-# The order they run in: the shared shape's first, the node-loss one late (it takes a node away),
-# the uninstall after it, then the local shape's.
-ORDER = "abcdfghimnkpeloj"
+# The order they run in: the shared shape's first, the node-loss ones late (they take a node
+# away), the uninstall after them, then the local shape's.
+ORDER = "abcdfghimnkpeqloj"
 TOOLS = REPO / "tools" / "cluster"
 
 
