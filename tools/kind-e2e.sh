@@ -55,7 +55,7 @@ run() {
 host_state() {
   { iptables-legacy-save 2>/dev/null || true; iptables-nft-save 2>/dev/null || true
     ip6tables-legacy-save 2>/dev/null || true; nft list ruleset 2>/dev/null || true
-  } | grep -v '^#' | sed 's/\[[0-9]*:[0-9]*\]//g'
+  } | sed -e '/^#/d' -e 's/\[[0-9]*:[0-9]*\]//g'
   echo "ip_forward $(cat /proc/sys/net/ipv4/ip_forward)"
   echo "ipv6 forwarding $(cat /proc/sys/net/ipv6/conf/all/forwarding)"
   ip -o link | awk -F': ' '{print "link", $2}' | sed 's/@.*//'

@@ -235,3 +235,23 @@ def test_node_image_takes_kubeadms_names(tmp_path: Path) -> None:
     _fake(kubeadm, "echo registry.k8s.io/something-else:v1\n")
     bad = images()
     assert bad.returncode != 0 and "something-else" in bad.stderr
+
+
+def test_the_host_check_works_on_a_host_without_firewall_rules(tmp_path: Path) -> None:
+    # A new machine may have no iptables or nftables rules at all: the check's record of the host
+    # must still be made under the script's `set -euo pipefail`.
+    for tool in ("iptables-legacy-save", "iptables-nft-save", "ip6tables-legacy-save", "nft"):
+        stub = tmp_path / tool
+        stub.write_text("#!/bin/sh\nexit 0\n")
+        stub.chmod(0o755)
+    body = re.search(r"^host_state\(\) \{.*?^\}", SCRIPT.read_text(), re.S | re.M)
+    assert body, "host_state() not found in tools/kind-e2e.sh"
+    done = subprocess.run(
+        ["bash", "-c", f"set -euo pipefail\n{body.group(0)}\nhost_state"],
+        env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ip_forward "), done.stdout
