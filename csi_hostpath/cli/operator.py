@@ -168,16 +168,17 @@ def ledger_main(args: argparse.Namespace) -> int:
             return 0
         if args.ledger_command == "audit":
             print_table(
-                ["when", "actor", "action", "volume", "name", "node", "generation", "reason"],
+                ["when", "actor", "action", "volume", "node", "generation", "name", "reason"],
                 [
                     [
                         _when(a.at),
                         a.actor,
                         a.action,
                         a.volume_id,
-                        display_name(store, a.volume_id),
                         a.node_id,
                         str(a.generation),
+                        # After the columns scripts read by position; the free-text reason last.
+                        display_name(store, a.volume_id),
                         a.reason,
                     ]
                     for a in publications.audit(args.volume)

@@ -26,6 +26,17 @@ SNAP_API = "snapshot.storage.k8s.io/v1"
 GROUP_API = "groupsnapshot.storage.k8s.io/v1beta2"
 
 
+def audit_rows(table: str) -> list[list[str]]:
+    """`ledger audit`'s table, its rows split into columns: when (date time), actor, action,
+    volume, node, generation, name, reason (the rest of the line, maybe empty)."""
+    rows = []
+    for line in table.splitlines()[1:]:
+        parts = line.split(None, 8)
+        if len(parts) >= 8:
+            rows.append([f"{parts[0]} {parts[1]}", *parts[2:8], " ".join(parts[8:])])
+    return rows
+
+
 def log(message: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} e2e: {message}", file=sys.stderr, flush=True)
 
@@ -96,14 +107,7 @@ class Ctx:
         )
 
     def audit(self, volume: str) -> list[list[str]]:
-        """`ledger audit --volume VOL`, its rows split into columns: when (date time), actor,
-        action, volume, node, generation, reason (the rest of the line)."""
-        rows = []
-        for line in self.ledger("audit", "--volume", volume).splitlines()[1:]:
-            parts = line.split(None, 7)
-            if len(parts) >= 7:
-                rows.append([f"{parts[0]} {parts[1]}", *parts[2:]])
-        return rows
+        return audit_rows(self.ledger("audit", "--volume", volume))
 
     def other(self, node: str) -> str:
         rest = [w for w in self.workers if w != node]
