@@ -28,9 +28,10 @@ from csi_hostpath.daemon.config import Config
 from csi_hostpath.daemon.endpoint import claim_endpoint
 from csi_hostpath.daemon.status_http import LedgerView, serve_status
 from csi_hostpath.daemon.stop_signals import stop_on_signals
-from csi_hostpath.service.controller import ControllerService
+from csi_hostpath.service.controller import ControllerService, PublishLedger
 from csi_hostpath.service.controller.changed_blocks import SnapshotMetadataService
 from csi_hostpath.service.controller.consistency import ReentrantConsistency
+from csi_hostpath.service.controller.controller_context import ControllerContext
 from csi_hostpath.service.controller.group_snapshots import GroupSnapshots
 from csi_hostpath.service.controller.modify import ModifyService
 from csi_hostpath.service.controller.pool_truth import open_pool
@@ -43,7 +44,6 @@ from csi_hostpath.store.db import Store
 from csi_hostpath.store.freeze_channel import FreezeChannel
 from csi_hostpath.store.groups import GroupRecords
 from csi_hostpath.store.headroom import Headroom
-from csi_hostpath.store.mutable_records import MutableRecords
 from csi_hostpath.store.open_state import open_store
 from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.base import System
@@ -83,6 +83,7 @@ class Driver:
     store: Store
     layout: PoolLayout
     controller: ControllerService | None
+    ledger: PublishLedger | None  # the controller's, with it
     node: NodeService | None
     lock_handle: IO[bytes]
     metrics: Metrics
@@ -126,8 +127,8 @@ class Driver:
     def _loop(self) -> None:
         while not self._stop.wait(self.config.heartbeat_interval):
             try:
-                if self.controller is not None:
-                    self.controller.ledger.import_events()
+                if self.ledger is not None:
+                    self.ledger.import_events()
                 if self.headroom is not None:
                     self.headroom.ensure()  # taken back once a full disk has room again
                 self.check_health()
@@ -135,27 +136,15 @@ class Driver:
                 log.exception("periodic driver pass failed; trying again")
 
 
-def _no_freeze(volume_id: str) -> AbstractContextManager[None]:
-    # A node-only process copies nothing: it serves freezes asked for through the pool instead.
-    return nullcontext()
-
-
 def _freeze_everywhere(
-    config: Config, layout: PoolLayout, node: NodeService | None
+    ctx: ControllerContext, channel: FreezeChannel, node: NodeService | None
 ) -> Callable[[str], AbstractContextManager[None]]:
     """The volume frozen wherever it may be mounted: on this process's own node in-process, and
     on every other node the lease names through the pool (service/controller/remote_freeze.py)."""
-    channel = FreezeChannel(layout.root)
     dropped = channel.withdraw_all()  # a starting controller has no copy in flight
     if dropped:
         log.warning("repair: withdrew %d freeze request(s) a previous controller left", dropped)
-    remote = RemoteFreeze(
-        layout,
-        channel,
-        config.node_id if node is not None else None,
-        config.node_grace,
-        config.max_freeze_seconds,
-    )
+    remote = RemoteFreeze(ctx, channel)
 
     @contextmanager
     def both(volume_id: str) -> Iterator[None]:
@@ -163,6 +152,32 @@ def _freeze_everywhere(
             yield
 
     return both
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerParts:
+    """The controller role, where this process is a controller: its context, the service, the
+    ledger, and the freeze its copies run under."""
+
+    ctx: ControllerContext
+    service: ControllerService
+    ledger: PublishLedger
+    consistency: ReentrantConsistency
+
+
+def _controller_parts(
+    config: Config, store: Store, system: System, layout: PoolLayout, node: NodeService | None
+) -> ControllerParts | None:
+    if not config.serves_controller:
+        return None
+    # The controller role's one read of the Config; its parts share what it carries.
+    ctx = ControllerContext.from_config(config, store, system, layout)
+    # Re-entrant, so a group snapshot's freeze of every member covers each member's cut.
+    consistency = ReentrantConsistency(
+        _freeze_everywhere(ctx, FreezeChannel(config.pool_dir), node)
+    )
+    service = ControllerService(ctx, consistency)
+    return ControllerParts(ctx, service, PublishLedger.from_context(ctx), consistency)
 
 
 def build_driver(config: Config, system: System | None = None) -> Driver:
@@ -181,32 +196,24 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
 
             system = linux_system(config.pool_dir)
         node = NodeService(config, store, system, layout) if config.serves_node else None
-        # Re-entrant, so a group snapshot's freeze of every member covers each member's cut.
-        consistency = ReentrantConsistency(
-            _freeze_everywhere(config, layout, node) if config.serves_controller else _no_freeze
-        )
-        controller = (
-            ControllerService(config, store, system, layout, consistency=consistency)
-            if config.serves_controller
-            else None
-        )
+        parts = _controller_parts(config, store, system, layout, node)
+        controller = parts.service if parts is not None else None
+        ledger = parts.ledger if parts is not None else None
         if controller is not None:
             # Before any repair: the pool must be this database's, and the index whole again
             # (re-adopted from the files' identities), or a repair would act on a partial view.
             claim, _ = open_pool(store, layout, config.state_dir)
         if node is not None:
             node.reconcile()
-        if controller is not None:
-            controller.ledger.reconcile()
-            controller.ledger.import_events()
+        if ledger is not None:
+            ledger.reconcile()
+            ledger.import_events()
 
         metrics = build_metrics(config, store, layout, system)
         started = threading.Event()
         server = AioServer(Lanes(config.workers), RpcLog(metrics.observe))
         copies = CopyPool(config.workers)  # snapshot and clone copies, apart from the RPC workers
-        _add_servicers(
-            server, config, store, layout, controller, node, consistency, copies, headroom
-        )
+        _add_servicers(server, config, parts, node, copies, headroom)
         readiness = Readiness(config, store.path, node.system if node is not None else None)
         server.add_servicer(
             pb_grpc.add_IdentityServicer_to_server, IdentityServicer(config, readiness, started)
@@ -220,6 +227,7 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
             store,
             layout,
             controller,
+            ledger,
             node,
             lock,
             metrics,
@@ -245,34 +253,31 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
 def _add_servicers(
     server: AioServer,
     config: Config,
-    store: Store,
-    layout: PoolLayout,
-    controller: ControllerService | None,
+    parts: ControllerParts | None,
     node: NodeService | None,
-    consistency: ReentrantConsistency,
     copies: CopyPool,
     headroom: Headroom,
 ) -> None:
     """The Controller, GroupController and SnapshotMetadata services where this process is a
     controller, the Node service where it is a node."""
-    if controller is not None:
-        modify = ModifyService(store, MutableRecords(layout.root))
-        groups = GroupSnapshots(GroupRecords(layout.root), controller, consistency)
+    if parts is not None:
+        modify = ModifyService(parts.ctx)
+        groups = GroupSnapshots(GroupRecords(config.pool_dir), parts.service, parts.consistency)
         server.add_servicer(
             pb_grpc.add_ControllerServicer_to_server,
-            ControllerServicer(controller, controller.ledger, modify, groups, copies, headroom),
+            ControllerServicer(parts.service, parts.ledger, modify, groups, copies, headroom),
         )
         server.add_servicer(
             pb_grpc.add_GroupControllerServicer_to_server, GroupControllerServicer(groups, copies)
         )
         server.add_servicer(
             pb_grpc.add_SnapshotMetadataServicer_to_server,
-            SnapshotMetadataServicer(SnapshotMetadataService(store, layout)),
+            SnapshotMetadataServicer(SnapshotMetadataService(parts.ctx)),
         )
     if node is not None:
         own = None
-        if controller is not None and config.self_publish:
-            own = SelfPublish(controller.ledger, config.node_id)
+        if parts is not None and config.self_publish:
+            own = SelfPublish(parts.ledger, config.node_id)
         server.add_servicer(pb_grpc.add_NodeServicer_to_server, NodeServicer(node, own, headroom))
 
 

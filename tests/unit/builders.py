@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from csi_hostpath.cli import build_parser, config_from_args
-from csi_hostpath.daemon.config import Config
+from csi_hostpath.daemon.config import Config, Mode
 from csi_hostpath.daemon.server import Driver, build_driver, start
+from csi_hostpath.service.controller.controller_context import ControllerContext
 from csi_hostpath.service.node.node_context import NodeContext
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool_layout import PoolLayout
@@ -46,3 +48,14 @@ def node_context(
     """What a node's parts share, from a Config of the defaults: for a test of one part."""
     config = Config(f"unix://{state_dir}/csi.sock", node_id, state_dir, layout.root)
     return NodeContext.from_config(config, store, system, layout)
+
+
+def controller_context(
+    store: Store, system: System, layout: PoolLayout, node_id: str = "node-a", **flags: Any
+) -> ControllerContext:
+    """What a controller's parts share, from a Config of the defaults and the given flags, in
+    controller mode (no node of its own in the process): for a test of one part."""
+    config = Config(
+        "unix:///unused", node_id, layout.root.parent, layout.root, mode=Mode.CONTROLLER, **flags
+    )
+    return ControllerContext.from_config(config, store, system, layout)

@@ -16,11 +16,11 @@ import pytest
 
 from csi_hostpath.core.model import Volume
 from csi_hostpath.core.naming import new_volume_id
-from csi_hostpath.daemon.config import Config
 from csi_hostpath.service.controller.placement import Capacity
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.fake import fake_system
+from tests.unit.builders import controller_context
 
 MiB = 1 << 20
 
@@ -71,8 +71,7 @@ def _cost(tmp_path: Path, volumes: int, monkeypatch: pytest.MonkeyPatch) -> tupl
     store = CountingStore(tmp_path / f"state-{volumes}.db")
     try:
         store.fill(volumes)
-        config = Config("unix:///unused", "node-a", tmp_path, root, overcommit_ratio=1000)
-        capacity = Capacity(config, store, system, layout)
+        capacity = Capacity(controller_context(store, system, layout, overcommit_ratio=1000))
         capacity.available()  # the first use measures everything
         stats[0] = 0
 

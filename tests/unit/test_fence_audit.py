@@ -22,8 +22,8 @@ def _fence_one(driver: Driver, client: Client, tmp_path: Path) -> str:
     staging.mkdir()
     h.stage(client, vol, staging, cap, ctx)
     driver.store.force_detach(vol.volume_id, "node-a", lambda _p: None, "operator", "test")
-    assert driver.controller is not None and driver.node is not None
-    driver.controller.ledger.reconcile()  # rewrites the lease the node reads
+    assert driver.ledger is not None and driver.node is not None
+    driver.ledger.reconcile()  # rewrites the lease the node reads
     assert driver.node.fence_revoked() == [vol.volume_id]
     return str(vol.volume_id)
 
@@ -37,8 +37,8 @@ def _fence_counter(driver: Driver) -> float:
 def test_a_fence_in_mode_all_is_audited_once(drv: tuple[Driver, Client], tmp_path: Path) -> None:
     driver, client = drv
     volume_id = _fence_one(driver, client, tmp_path)
-    assert driver.controller is not None
-    driver.controller.ledger.import_events()
+    assert driver.ledger is not None
+    driver.ledger.import_events()
     fences = [e for e in driver.store.audit(volume_id) if e.action == "fenced"]
     assert len(fences) == 1, fences
     assert _fence_counter(driver) == 1
@@ -50,10 +50,10 @@ def test_an_event_imported_twice_is_one_row(drv: tuple[Driver, Client], tmp_path
     events = sorted(driver.layout.events.glob("*.json"))
     assert len(events) == 1
     saved = events[0].read_bytes()
-    assert driver.controller is not None
-    driver.controller.ledger.import_events()
+    assert driver.ledger is not None
+    driver.ledger.import_events()
     events[0].write_bytes(saved)  # as if the import crashed before it removed the file
-    driver.controller.ledger.import_events()
+    driver.ledger.import_events()
     fences = [e for e in driver.store.audit(volume_id) if e.action == "fenced"]
     assert len(fences) == 1, fences
     assert not list(driver.layout.events.glob("*.json"))

@@ -27,7 +27,7 @@ from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.base import System
 from csi_hostpath.system.fake import fake_system
 from csi_hostpath.system.fake.fake_kernel import FakeKernel
-from tests.unit.builders import node_context
+from tests.unit.builders import controller_context, node_context
 
 VOL = "vol-" + "a" * 32
 
@@ -115,9 +115,11 @@ class Rig:
     freezes: Freezes
     mount_point: str
     store: Store
+    system: System
 
     def remote(self, timing: Timing = FAST, grace: float = 60) -> RemoteFreeze:
-        return RemoteFreeze(self.layout, FreezeChannel(self.layout.root), None, grace, 30, timing)
+        ctx = controller_context(self.store, self.system, self.layout, node_grace=grace)
+        return RemoteFreeze(ctx, FreezeChannel(self.layout.root), timing)
 
 
 @pytest.fixture
@@ -138,7 +140,7 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
     server = FreezeServer(node_context(tmp_path / "state", store, system, layout, NODE), freezes)
     server.start()
     try:
-        yield Rig(kernel, layout, server, freezes, mount_point, store)
+        yield Rig(kernel, layout, server, freezes, mount_point, store, system)
     finally:
         server.stop()
         store.close()

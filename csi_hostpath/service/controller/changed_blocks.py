@@ -18,8 +18,7 @@ from csi_hostpath.core.byte_ranges import BLOCK, Range
 from csi_hostpath.core.errors import CapacityOutOfRange, InvalidRequest, SnapshotNotFound
 from csi_hostpath.core.model import Snapshot
 from csi_hostpath.core.naming import is_snapshot_id
-from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool_layout import PoolLayout
+from csi_hostpath.service.controller.controller_context import ControllerContext
 from csi_hostpath.system.extents import data_extents, physical_extents, shared_ranges
 
 DEFAULT_MAX_RESULTS = 1024
@@ -33,9 +32,9 @@ class Metadata:
 
 
 class SnapshotMetadataService:
-    def __init__(self, store: Store, layout: PoolLayout) -> None:
-        self.store = store
-        self.layout = layout
+    def __init__(self, ctx: ControllerContext) -> None:
+        self.store = ctx.store
+        self.layout = ctx.layout
 
     def _snapshot(self, snapshot_id: str) -> tuple[Snapshot, Path]:
         snap = self.store.get_snapshot(snapshot_id) if is_snapshot_id(snapshot_id) else None

@@ -11,14 +11,14 @@ from csi_hostpath.core.errors import VolumeNotFound
 from csi_hostpath.core.mutable import Tuning, parse_mutable
 from csi_hostpath.core.naming import is_volume_id
 from csi_hostpath.service.controller._log import log
-from csi_hostpath.store.db import Store
+from csi_hostpath.service.controller.controller_context import ControllerContext
 from csi_hostpath.store.mutable_records import MutableRecords
 
 
 class ModifyService:
-    def __init__(self, store: Store, records: MutableRecords) -> None:
-        self.store = store
-        self.records = records
+    def __init__(self, ctx: ControllerContext) -> None:
+        self.store = ctx.store
+        self.records = MutableRecords(ctx.layout.root)  # in the pool, where the node reads them
 
     @staticmethod
     def check(parameters: Mapping[str, str]) -> Tuning:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from csi_hostpath.core.capacity import promisable_sums, refuse_unpromisable
@@ -30,11 +30,9 @@ from csi_hostpath.core.errors import (
     VolumeNotFound,
 )
 from csi_hostpath.core.naming import snapshot_home
-from csi_hostpath.daemon.config import Config, PoolScope
+from csi_hostpath.daemon.config import PoolScope
 from csi_hostpath.service.controller.allocations import Allocations
-from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool_layout import PoolLayout
-from csi_hostpath.system.base import System
+from csi_hostpath.service.controller.controller_context import ControllerContext
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,54 +41,54 @@ class TopologyRequirement:
     preferred: Sequence[Mapping[str, str]] = ()
 
 
-def serves(config: Config, segment: Mapping[str, str]) -> bool:
+def serves(ctx: ControllerContext, segment: Mapping[str, str]) -> bool:
     """Whether this pool can place a volume in the segment (a local pool: its own node's only)."""
-    if config.pool_scope == PoolScope.SHARED:
+    if ctx.pool_scope == PoolScope.SHARED:
         return True
-    return segment.get(config.topology_key) == config.node_id
+    return segment.get(ctx.topology_key) == ctx.node_id
 
 
-def snapshot_topology(config: Config, snapshot_id: str) -> list[dict[str, str]]:
+def snapshot_topology(ctx: ControllerContext, snapshot_id: str) -> list[dict[str, str]]:
     """Where a snapshot can be restored: in local scope, only on the node whose pool holds it."""
-    if config.pool_scope == PoolScope.SHARED:
+    if ctx.pool_scope == PoolScope.SHARED:
         return []
-    return [{config.topology_key: snapshot_home(snapshot_id) or config.node_id}]
+    return [{ctx.topology_key: snapshot_home(snapshot_id) or ctx.node_id}]
 
 
-def choose_segment(config: Config, requirement: TopologyRequirement | None) -> None:
+def choose_segment(ctx: ControllerContext, requirement: TopologyRequirement | None) -> None:
     """Accept the request's topology if this pool serves one of its segments, tried preferred
     first and in order, then requisite; refuse it (RESOURCE_EXHAUSTED) otherwise."""
-    if requirement is None or config.pool_scope == PoolScope.SHARED:
+    if requirement is None or ctx.pool_scope == PoolScope.SHARED:
         return
     ordered = [*requirement.preferred, *requirement.requisite]
-    if not ordered or any(serves(config, t) for t in ordered):
+    if not ordered or any(serves(ctx, t) for t in ordered):
         return
     raise TopologyUnsatisfiable(
-        f"this pool is local to node {config.node_id!r} and can't serve the topology asked "
+        f"this pool is local to node {ctx.node_id!r} and can't serve the topology asked "
         f"for (preferred {[dict(t) for t in requirement.preferred]}, requisite "
         f"{[dict(t) for t in requirement.requisite]}); the provisioner should reschedule to "
         "one of those nodes"
     )
 
 
-def missing_source(config: Config, kind: str, source_id: str) -> Exception:
+def missing_source(ctx: ControllerContext, kind: str, source_id: str) -> Exception:
     """The error for a restore or clone source this pool does not hold.
 
     In local scope a well-formed ID this pool does not know most likely lives on another node
     (external-provisioner checks that a clone's source claim exists before it calls, in
     controller.go getPVCSource), so the answer is RESOURCE_EXHAUSTED and the provisioner
     reschedules; a snapshot ID names its node, and the message says it."""
-    if config.pool_scope == PoolScope.SHARED:
+    if ctx.pool_scope == PoolScope.SHARED:
         gone = SnapshotNotFound if kind == "snapshot" else VolumeNotFound
         return gone(f"source {kind} {source_id!r} does not exist")
-    here = f"this node ({config.node_id!r})'s pool does not hold source {kind} {source_id}"
+    here = f"this node ({ctx.node_id!r})'s pool does not hold source {kind} {source_id}"
     if kind == "snapshot":
         home = snapshot_home(source_id)
-        if home is None or home == config.node_id:
+        if home is None or home == ctx.node_id:
             return SnapshotNotFound(f"source snapshot {source_id!r} does not exist")
         return SourceElsewhere(
             f"{here}: it was cut on node {home!r}. A restore is made on the snapshot's node: "
-            f"schedule the consumer there (nodeAffinity {config.topology_key}={home})"
+            f"schedule the consumer there (nodeAffinity {ctx.topology_key}={home})"
         )
     return SourceElsewhere(
         f"{here}: a clone is made on its source's node (the node named in the source "
@@ -98,22 +96,19 @@ def missing_source(config: Config, kind: str, source_id: str) -> Exception:
     )
 
 
-@dataclass
 class Capacity:
     """The pool's promise book: measured on each call (the volumes' allocations through a
     conservative cache, service/controller/allocations.py; their sizes as the store's running
     total), serialised for the create path."""
 
-    config: Config
-    store: Store
-    system: System
-    layout: PoolLayout
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    # CreateVolume name -> the size promised while its file exists but its row does not yet
-    _pending: dict[str, int] = field(default_factory=dict)
-    allocations: Allocations = field(init=False)
-
-    def __post_init__(self) -> None:
+    def __init__(self, ctx: ControllerContext) -> None:
+        self.ctx = ctx  # its flags: overcommit_ratio, max_volume_size
+        self.store = ctx.store
+        self.system = ctx.system
+        self.layout = ctx.layout
+        self._lock = threading.Lock()
+        # CreateVolume name -> the size promised while its file exists but its row does not yet
+        self._pending: dict[str, int] = {}
         pool, layout = self.system.pool, self.layout
         # Keys are volume IDs, and inline volumes' paths (POOL/inline/<node key>/vol-*.img).
         self.allocations = Allocations(
@@ -155,8 +150,8 @@ class Capacity:
         free_now = self.system.pool.free_bytes()
         live = self.store.published_volume_ids() if exact else ()
         free, written, promised = self._sums(free_now, live)
-        available = promisable_sums(free, written, promised, self.config.overcommit_ratio)
-        limit = self.config.max_volume_size
+        available = promisable_sums(free, written, promised, self.ctx.overcommit_ratio)
+        limit = self.ctx.max_volume_size
         return available, min(available, limit) if limit else available
 
     @contextmanager
@@ -171,7 +166,7 @@ class Capacity:
             if size_bytes > available:  # the cache errs low: refuse on fresh numbers only
                 self.allocations.drop()
                 available, _ = self.available()
-            refuse_unpromisable(size_bytes, available, self.config.overcommit_ratio, refused)
+            refuse_unpromisable(size_bytes, available, self.ctx.overcommit_ratio, refused)
             self._pending[name] = size_bytes
         try:
             yield

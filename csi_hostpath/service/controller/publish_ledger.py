@@ -18,6 +18,7 @@ from csi_hostpath.core.errors import NodeNotFound, VolumeNotFound
 from csi_hostpath.core.model import Capability, Publication, Volume
 from csi_hostpath.core.naming import is_volume_id
 from csi_hostpath.service.controller._log import log
+from csi_hostpath.service.controller.controller_context import ControllerContext
 from csi_hostpath.service.controller.revocation import Revocations
 from csi_hostpath.service.guard import InFlight
 from csi_hostpath.store.db import AuditEntry, Store
@@ -26,11 +27,19 @@ from csi_hostpath.store.pool_layout import PoolLayout
 
 @dataclass
 class PublishLedger:
+    # Its own short list, not the context: the operator's `ledger` command makes one from its
+    # own flags, with no Config and no system layer.
     store: Store
     layout: PoolLayout
     inflight: InFlight
     node_grace: float
     max_volumes_per_node: int = 0
+
+    @classmethod
+    def from_context(cls, ctx: ControllerContext) -> PublishLedger:
+        """The controller's ledger: it shares the context's in-flight guard with
+        ControllerService, so a publish never runs beside a delete of the same volume."""
+        return cls(ctx.store, ctx.layout, ctx.inflight, ctx.node_grace, ctx.max_volumes_per_node)
 
     def publish(
         self, volume_id: str, node_id: str, cap: Capability, readonly: bool

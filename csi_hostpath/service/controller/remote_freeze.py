@@ -26,8 +26,8 @@ from typing import Any
 
 from csi_hostpath.core.errors import Busy, FreezeTimedOut
 from csi_hostpath.service.controller._log import log
+from csi_hostpath.service.controller.controller_context import ControllerContext
 from csi_hostpath.store.freeze_channel import FreezeChannel
-from csi_hostpath.store.pool_layout import PoolLayout
 
 # For crash tests only (the same hook as the node's own freeze, service/node/freeze.py): hold
 # every remote freeze this many seconds once the node says "frozen".
@@ -44,19 +44,13 @@ class Timing:
 
 class RemoteFreeze:
     def __init__(
-        self,
-        layout: PoolLayout,
-        channel: FreezeChannel,
-        own_node: str | None,
-        node_grace: float,
-        max_seconds: float,
-        timing: Timing = Timing(),
+        self, ctx: ControllerContext, channel: FreezeChannel, timing: Timing = Timing()
     ) -> None:
-        self.layout = layout
+        self.layout = ctx.layout
         self.channel = channel
-        self.own_node = own_node
-        self.node_grace = node_grace
-        self.max_seconds = max_seconds
+        self.own_node = ctx.own_node
+        self.node_grace = ctx.node_grace
+        self.max_seconds = ctx.max_freeze_seconds
         self.timing = timing
 
     def nodes_for(self, volume_id: str) -> list[str]:

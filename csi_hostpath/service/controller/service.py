@@ -4,7 +4,7 @@ Order of operations (so that a crash at any line heals on a retry or on restart)
 create: decide → create the sparse file (idempotent) → commit the row.
 delete: refuse while published → remove the file → delete the row.
 publish and unpublish: publish_ledger.py (PublishLedger), which the servicer calls directly; it is
-built here because it shares the in-flight guard with delete.
+made from the same ControllerContext, whose in-flight guard it shares with delete.
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ from csi_hostpath.core.errors import (
 from csi_hostpath.core.model import Capability, ContentSource, Snapshot, Volume
 from csi_hostpath.core.naming import is_snapshot_id, is_volume_id, new_volume_id
 from csi_hostpath.core.quantity import describe_bytes
-from csi_hostpath.daemon.config import Config, PoolScope
+from csi_hostpath.daemon.config import PoolScope
 from csi_hostpath.service.controller._log import log
+from csi_hostpath.service.controller.controller_context import ControllerContext
 from csi_hostpath.service.controller.placement import (
     Capacity,
     TopologyRequirement,
@@ -41,15 +42,11 @@ from csi_hostpath.service.controller.placement import (
     snapshot_topology,
 )
 from csi_hostpath.service.controller.pool_truth import discard, making
-from csi_hostpath.service.controller.publish_ledger import PublishLedger
 from csi_hostpath.service.controller.snapshots import Snapshots
 from csi_hostpath.service.controller.volume_condition import volume_problems
-from csi_hostpath.service.guard import InFlight
 from csi_hostpath.service.lost_volumes import loss_of, release_lost
 from csi_hostpath.store.backing import file_identity
-from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool_layout import PoolLayout
-from csi_hostpath.system.base import NoSpace, System
+from csi_hostpath.system.base import NoSpace
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,28 +65,19 @@ class ListedVolume:
 class ControllerService:
     def __init__(
         self,
-        config: Config,
-        store: Store,
-        system: System,
-        layout: PoolLayout,
+        ctx: ControllerContext,
         consistency: Callable[[str], AbstractContextManager[None]] | None = None,
     ) -> None:
-        self.config = config
-        self.store = store
-        self.system = system
-        self.layout = layout
-        self.inflight = InFlight()
+        self.ctx = ctx  # for the placement rules; its flags: max_volume_size, node_lost_after
+        self.store = ctx.store
+        self.system = ctx.system
+        self.layout = ctx.layout
+        self.inflight = ctx.inflight
         # Freezes a volume's filesystem while it is copied, when the volume is staged on this
         # same process's node (mode all); elsewhere a copy is crash-consistent at best.
         self.consistency = consistency or (lambda volume_id: nullcontext())
-        self.capacity = Capacity(config, store, system, layout)
-        self.ledger = PublishLedger(
-            store, layout, self.inflight, node_grace=config.node_grace,
-            max_volumes_per_node=config.max_volumes_per_node,
-        )  # fmt: skip
-        self.snapshots = Snapshots(
-            store, system, layout, self.inflight, self.capacity, self.consistency
-        )
+        self.capacity = Capacity(ctx)
+        self.snapshots = Snapshots(ctx, self.capacity, self.consistency)
 
     # ----- helpers -----
     def shared_lookups(self) -> AbstractContextManager[None]:
@@ -98,8 +86,8 @@ class ControllerService:
         return self.system.mounts.shared_lookups()
 
     def _topology(self, volume: Volume) -> list[dict[str, str]]:
-        if self.config.pool_scope == PoolScope.LOCAL and volume.node_id:
-            return [{self.config.topology_key: volume.node_id}]
+        if self.ctx.pool_scope == PoolScope.LOCAL and volume.node_id:
+            return [{self.ctx.topology_key: volume.node_id}]
         return []
 
     def created(self, volume: Volume) -> CreatedVolume:
@@ -126,9 +114,7 @@ class ControllerService:
         for cap in capabilities:
             access.check_capability(cap)
         fs_type = access.volume_fs_type(capabilities)
-        size = access.round_capacity(
-            required_bytes, limit_bytes, fs_type, self.config.max_volume_size
-        )
+        size = access.round_capacity(required_bytes, limit_bytes, fs_type, self.ctx.max_volume_size)
         with self.inflight.hold(f"name:{name}", "CreateVolume"):
             existing = self.store.get_volume_by_name(name)
             if existing is not None:
@@ -137,7 +123,7 @@ class ControllerService:
                 )
                 # The row is committed only after the file exists, so a match is complete.
                 return self.created(existing)
-            choose_segment(self.config, topology)
+            choose_segment(self.ctx, topology)
             source_file: Path | None = None
             requested = required_bytes
             if content_source is not None:
@@ -172,7 +158,7 @@ class ControllerService:
                 fs_type=fs_type,
                 parameters=dict(parameters),
                 content_source=content_source,
-                node_id=self.config.node_id if self.config.pool_scope == PoolScope.LOCAL else None,
+                node_id=self.ctx.node_id if self.ctx.pool_scope == PoolScope.LOCAL else None,
                 created_at=time.time(),
                 requested_bytes=requested,
             )
@@ -218,7 +204,7 @@ class ControllerService:
                 else None
             )
             if snap is None:
-                raise missing_source(self.config, "snapshot", source.source_id)
+                raise missing_source(self.ctx, "snapshot", source.source_id)
             origin = self.store.get_volume(snap.source_volume_id)  # None: deleted, fs unknown
             access.check_source_fs(snap.snapshot_id, origin.fs_type if origin else None, fs_type)
             return self.layout.snapshot_file(snap.snapshot_id), snap.size_bytes, snap.restore_floor
@@ -226,7 +212,7 @@ class ControllerService:
         if volume is None:
             if not is_volume_id(source.source_id):
                 raise VolumeNotFound(f"source volume {source.source_id!r} does not exist")
-            raise missing_source(self.config, "volume", source.source_id)
+            raise missing_source(self.ctx, "volume", source.source_id)
         access.check_source_fs(volume.volume_id, volume.fs_type, fs_type)
         path = self.layout.volume_file(volume.volume_id)
         return path, volume.capacity_bytes, volume.restore_floor
@@ -253,7 +239,7 @@ class ControllerService:
         with self.inflight.hold(volume_id, "DeleteVolume"):
             holders = self.store.publications(volume_id=volume_id)
             volume = self.store.get_volume(volume_id)
-            loss = volume and loss_of(volume, self.store, self.layout, self.config.node_lost_after)
+            loss = volume and loss_of(volume, self.store, self.layout, self.ctx.node_lost_after)
             if volume and loss:  # its node can't give its holds back: revoke them, audited
                 release_lost(self.store, volume, loss)
             elif holders:
@@ -287,7 +273,7 @@ class ControllerService:
 
     def get_capacity(self, topology: Mapping[str, str] | None = None) -> tuple[int, int]:
         """(bytes still promisable, maximum volume size) of the pool, for a topology segment."""
-        if topology and not serves(self.config, topology):
+        if topology and not serves(self.ctx, topology):
             return 0, 0  # this pool can't place volumes in another node's segment
         return self.capacity.available()
 
@@ -322,7 +308,7 @@ class ControllerService:
             size = volume.capacity_bytes
             if required_bytes > size:
                 size = access.round_capacity(
-                    required_bytes, limit_bytes, volume.fs_type, self.config.max_volume_size
+                    required_bytes, limit_bytes, volume.fs_type, self.ctx.max_volume_size
                 )
             elif held is None or held >= size:
                 return size, True
@@ -355,11 +341,11 @@ class ControllerService:
     def create_snapshot(
         self, source_volume_id: str, name: str, topology: TopologyRequirement | None = None
     ) -> Snapshot:
-        choose_segment(self.config, topology)  # a local pool cuts snapshots for its node only
+        choose_segment(self.ctx, topology)  # a local pool cuts snapshots for its node only
         return self.snapshots.create_snapshot(source_volume_id, name)
 
     def snapshot_topology(self, snapshot_id: str) -> list[dict[str, str]]:
-        return snapshot_topology(self.config, snapshot_id)
+        return snapshot_topology(self.ctx, snapshot_id)
 
     def delete_snapshot(self, snapshot_id: str) -> None:
         self.snapshots.delete_snapshot(snapshot_id)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 
 from csi_hostpath.core.capacity import refuse_below_reserve
 from csi_hostpath.core.errors import (
@@ -21,23 +20,26 @@ from csi_hostpath.core.errors import (
 from csi_hostpath.core.model import Snapshot, Volume
 from csi_hostpath.core.naming import is_snapshot_id, is_volume_id, new_snapshot_id
 from csi_hostpath.service.controller._log import log
+from csi_hostpath.service.controller.controller_context import ControllerContext
 from csi_hostpath.service.controller.placement import Capacity
 from csi_hostpath.service.controller.pool_truth import discard, making
-from csi_hostpath.service.guard import InFlight
 from csi_hostpath.store.backing import file_identity
-from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool_layout import PoolLayout
-from csi_hostpath.system.base import NoSpace, System
+from csi_hostpath.system.base import NoSpace
 
 
-@dataclass
 class Snapshots:
-    store: Store
-    system: System
-    layout: PoolLayout
-    inflight: InFlight
-    capacity: Capacity
-    consistency: Callable[[str], AbstractContextManager[None]]
+    def __init__(
+        self,
+        ctx: ControllerContext,
+        capacity: Capacity,
+        consistency: Callable[[str], AbstractContextManager[None]],
+    ) -> None:
+        self.store = ctx.store
+        self.system = ctx.system
+        self.layout = ctx.layout
+        self.inflight = ctx.inflight
+        self.capacity = capacity
+        self.consistency = consistency
 
     def _require_volume(self, volume_id: str) -> Volume:
         volume = self.store.get_volume(volume_id) if is_volume_id(volume_id) else None
