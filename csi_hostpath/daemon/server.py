@@ -188,7 +188,8 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
     try:
         layout = PoolLayout(config.pool_dir)
         layout.ensure()
-        store = open_store(config.state_dir / "state.db", config.pool_dir)
+        db_path = config.state_dir / "state.db"
+        store = open_store(db_path, config.pool_dir)
         headroom = Headroom(config.state_dir)
         headroom.ensure()
         if system is None:
@@ -214,7 +215,9 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
         server = AioServer(Lanes(config.workers), RpcLog(metrics.observe))
         copies = CopyPool(config.workers)  # snapshot and clone copies, apart from the RPC workers
         _add_servicers(server, config, parts, node, copies, headroom)
-        readiness = Readiness(config, store.path, node.system if node is not None else None)
+        # The node's system layer for its machine checks; Readiness ignores it in a
+        # controller-only process.
+        readiness = Readiness(config, db_path, system)
         server.add_servicer(
             pb_grpc.add_IdentityServicer_to_server, IdentityServicer(config, readiness, started)
         )

@@ -12,6 +12,12 @@ allowed. What a method returns, and what a function is given to convert (a liste
 group's record), is data, not a held object. daemon/config.py's Config is the frozen record
 handed down, not a service, so it is not a held object here.
 
+daemon/ wires the service objects together, and is held to the same rule, with what wiring adds:
+every parameter annotated with a type of those layers is held (not only __init__'s), so is a
+local bound to a call of one (`layout = PoolLayout(...)`, `node = NodeService(...) if ... else
+None`) and a dataclass field annotated with one; and a method of such a type handed on as a
+call's argument (`RpcLog(metrics.observe)`) is a call deferred, not a read.
+
 The check runs on the package, and on small modules written here with one deliberate violation
 each, so a checker that stopped finding anything would fail too.
 """
@@ -19,6 +25,8 @@ each, so a checker that stopped finding anything would fail too.
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,15 +36,18 @@ PACKAGE = Path(__file__).resolve().parents[2] / "csi_hostpath"
 LOWER = ("service", "store", "system")  # the layers whose objects a servicer holds
 
 
-def _lower_names(tree: ast.Module, package: str) -> set[str]:
-    """The names the module imports from service/, store/ or system/."""
-    names = set()
+def _lower_imports(tree: ast.Module, package: str) -> Iterator[ast.ImportFrom]:
+    """The module's imports from service/, store/ or system/."""
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             parts = node.module.split(".")
             if parts[0] == package and len(parts) > 1 and parts[1] in LOWER:
-                names.update(alias.asname or alias.name for alias in node.names)
-    return names
+                yield node
+
+
+def _lower_names(tree: ast.Module, package: str) -> set[str]:
+    """The names the module imports from service/, store/ or system/."""
+    return {a.asname or a.name for node in _lower_imports(tree, package) for a in node.names}
 
 
 def _names_in(node: ast.AST | None) -> set[str]:
@@ -103,35 +114,81 @@ def _held_attrs(cls: ast.ClassDef, lower: set[str]) -> set[str]:
     return attrs
 
 
-def _methods(tree: ast.Module, lower: set[str]) -> Iterator[tuple[ast.FunctionDef, set[str]]]:
-    """Each method of the module's classes, with the attributes its class holds."""
+def _fields(cls: ast.ClassDef, lower: set[str]) -> set[str]:
+    """A dataclass's fields annotated with a type of the layers below."""
+    return {
+        item.target.id
+        for item in cls.body
+        if isinstance(item, ast.AnnAssign)
+        and isinstance(item.target, ast.Name)
+        and _names_in(item.annotation) & lower
+    }
+
+
+def _functions(
+    tree: ast.Module, lower: set[str], wiring: bool
+) -> Iterator[tuple[ast.FunctionDef, set[str]]]:
+    """Each method of the module's classes, with the attributes its class holds; in wiring, the
+    module's functions too."""
+    for item in tree.body if wiring else ():
+        if isinstance(item, ast.FunctionDef):
+            yield item, set()
     for cls in ast.walk(tree):
         if isinstance(cls, ast.ClassDef):
-            attrs = _held_attrs(cls, lower)
+            attrs = _held_attrs(cls, lower) | (_fields(cls, lower) if wiring else set())
             for item in cls.body:
                 if isinstance(item, ast.FunctionDef):
                     yield item, attrs
 
 
-def attribute_reads(source: str, module: str, package: str = "csi_hostpath") -> list[str]:
+def _built(node: ast.expr, lower: set[str]) -> bool:
+    """A call of a name from the layers below, or a choice between such a call and another."""
+    if isinstance(node, ast.IfExp):
+        return _built(node.body, lower) or _built(node.orelse, lower)
+    return isinstance(node, ast.Call) and bool(_names_in(node.func) & lower)
+
+
+def _lower_methods(tree: ast.Module, package: str) -> set[str]:
+    """The names of the methods of every class the module imports from the layers below."""
+    found = set()
+    for node in _lower_imports(tree, package):
+        imported = importlib.import_module(str(node.module))
+        for alias in node.names:
+            cls = getattr(imported, alias.name, None)
+            if inspect.isclass(cls):
+                found.update(n for n, v in inspect.getmembers(cls) if inspect.isfunction(v))
+    return found
+
+
+def attribute_reads(
+    source: str, module: str, package: str = "csi_hostpath", *, wiring: bool = False
+) -> list[str]:
     """Every read of a held object's attribute that is not a call of it, as module:line text."""
     tree = ast.parse(source, module)
     lower = _lower_names(tree, package)
+    methods = _lower_methods(tree, package) if wiring else set()
     found: list[tuple[int, str]] = []
-    for func, attrs in _methods(tree, lower):
-        names = _held_params(func, lower) if func.name == "__init__" else set()
+    for func, attrs in _functions(tree, lower, wiring):
+        names = _held_params(func, lower) if wiring or func.name == "__init__" else set()
         for node in ast.walk(func):  # a local bound to a held object is held
             if (
                 isinstance(node, ast.Assign)
-                and _is_held(node.value, names, attrs)
+                and (_is_held(node.value, names, attrs) or (wiring and _built(node.value, lower)))
                 and all(isinstance(t, ast.Name) for t in node.targets)
             ):
                 names.update(t.id for t in node.targets if isinstance(t, ast.Name))
-        callees = {id(n.func) for n in ast.walk(func) if isinstance(n, ast.Call)}
+        calls = [n for n in ast.walk(func) if isinstance(n, ast.Call)]
+        callees = {id(n.func) for n in calls}
+        callbacks = {
+            id(arg)
+            for n in calls
+            for arg in [*n.args, *(k.value for k in n.keywords)]
+            if isinstance(arg, ast.Attribute) and arg.attr in methods
+        }
         for node in ast.walk(func):
             if (
                 isinstance(node, ast.Attribute)
-                and id(node) not in callees
+                and id(node) not in callees | callbacks
                 and _is_held(node.value, names, attrs)
             ):
                 found.append((node.lineno, f"{module}:{node.lineno} reads {ast.unparse(node)}"))
@@ -146,8 +203,21 @@ def api_violations(root: Path = PACKAGE) -> list[str]:
     return found
 
 
+def daemon_violations(root: Path = PACKAGE) -> list[str]:
+    found = []
+    for path in sorted((root / "daemon").rglob("*.py")):
+        module = ".".join(path.relative_to(root).with_suffix("").parts)
+        found.extend(attribute_reads(path.read_text(), module, root.name, wiring=True))
+    return found
+
+
 def test_no_api_module_reads_a_service_objects_attributes() -> None:
     found = api_violations()
+    assert found == [], "\n".join(found)
+
+
+def test_the_daemon_reads_no_service_objects_attributes() -> None:
+    found = daemon_violations()
     assert found == [], "\n".join(found)
 
 
@@ -238,3 +308,50 @@ def test_calls_passing_on_data_and_the_config_record_are_allowed() -> None:
         "            return result.total_bytes, self.config.driver_name\n"
     )
     assert attribute_reads(HEAD + body, "api.example") == []
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        # A function's parameter; a local built by a call of a type, or a choice of one.
+        (
+            "def f(node: NodeService | None) -> object:\n    return node.system\n",
+            "reads node.system",
+        ),
+        (
+            "def f(config: Config, store: Store) -> object:\n"
+            "    node = NodeService(config, store) if config.serves_node else None\n"
+            "    return Readiness(config, node.system if node else None)\n",
+            "reads node.system",
+        ),
+        (
+            "def f(path) -> object:\n    store = Store(path)\n    return store.path\n",
+            "reads store.path",
+        ),
+        # A dataclass field, reached past.
+        (
+            "class Driver:\n"
+            "    node: NodeService | None\n"
+            "    def f(self) -> None:\n"
+            "        self.node.agent.beat()\n",
+            "reads self.node.agent",
+        ),
+        # A part handed on: not a method of the type, so a read.
+        (
+            "def f(node: NodeService) -> object:\n    return SelfPublish(node.ledger)\n",
+            "reads node.ledger",
+        ),
+    ],
+)
+def test_each_deliberate_read_by_the_daemon_is_found(body: str, expected: str) -> None:
+    found = attribute_reads(HEAD + body, "daemon.example", wiring=True)
+    assert len(found) == 1 and expected in found[0], found
+
+
+def test_the_daemon_may_call_hand_on_and_pass_a_method_as_a_callback() -> None:
+    body = (
+        "def f(node: NodeService, store: Store, config: Config) -> object:\n"
+        "    node.reconcile()\n"
+        "    return Servicer(node, store, node.frozen, config.node_id)\n"
+    )
+    assert attribute_reads(HEAD + body, "daemon.example", wiring=True) == []
