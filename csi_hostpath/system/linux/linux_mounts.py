@@ -12,9 +12,9 @@ from contextlib import AbstractContextManager
 
 from csi_hostpath.system.base import CommandError, Holder, MountEntry
 from csi_hostpath.system.holders import holders_of_path
-from csi_hostpath.system.linux import mountinfo
 from csi_hostpath.system.linux._log import log
 from csi_hostpath.system.linux.mountinfo import (
+    SharedLookups,
     StatmountProbe,
     find_mount,
     read_mountinfo,
@@ -201,9 +201,9 @@ def _fast_bind(source: str, target: str) -> bool:
     return True
 
 
-def _fast_remount_read_only(target: str, probe: StatmountProbe) -> bool:
+def _fast_remount_read_only(target: str, probe: StatmountProbe, lookups: SharedLookups) -> bool:
     path = os.path.realpath(target)
-    entry = find_mount(path, probe)
+    entry = find_mount(path, probe, lookups)
     if entry is None:
         return False
     flags = MS_REMOUNT | MS_BIND | MS_RDONLY
@@ -216,7 +216,7 @@ def _fast_remount_read_only(target: str, probe: StatmountProbe) -> bool:
     return True
 
 
-def _fast_or_tool(fast: Callable[[], bool], argv: list[str]) -> None:
+def _fast_or_tool(fast: Callable[[], bool], argv: list[str], lookups: SharedLookups) -> None:
     """The fast call, else the tool; a tool that fails after the kernel refused the fast call
     raises the type of the kernel's errno, with the tool's message."""
     try:
@@ -229,14 +229,14 @@ def _fast_or_tool(fast: Callable[[], bool], argv: list[str]) -> None:
             refused = exc.errno
         run(argv, errno=refused)
     finally:
-        mountinfo.changed()  # every caller changes the mount table (or tried to)
+        lookups.changed()  # every caller changes the mount table (or tried to)
 
 
-def _unmount(path: str, lazy: bool) -> None:
+def _unmount(path: str, lazy: bool, lookups: SharedLookups) -> None:
     try:
         _unmount_now(path, lazy)
     finally:
-        mountinfo.changed()
+        lookups.changed()
 
 
 def _unmount_now(path: str, lazy: bool) -> None:
@@ -264,6 +264,8 @@ class LinuxMounts:
     def __init__(self) -> None:
         # Learnt at the first lookup the kernel can't answer by statmount(2); mountinfo after.
         self.statmount = StatmountProbe()
+        # Where that is mountinfo, one RPC's lookups share a parse (shared_lookups()).
+        self.lookups = SharedLookups()
 
     def mount(self, device: str, target: str, fs_type: str, options: Sequence[str]) -> None:
         argv = ["mount", "-t", fs_type]
@@ -272,11 +274,14 @@ class LinuxMounts:
         _fast_or_tool(
             functools.partial(_fast_mount, device, target, fs_type, options),
             [*argv, device, target],
+            self.lookups,
         )
 
     def bind(self, source: str, target: str, *, read_only: bool) -> None:
         _fast_or_tool(
-            functools.partial(_fast_bind, source, target), ["mount", "--bind", source, target]
+            functools.partial(_fast_bind, source, target),
+            ["mount", "--bind", source, target],
+            self.lookups,
         )
         if not read_only:
             return
@@ -284,14 +289,15 @@ class LinuxMounts:
         # writable bind behind where a read-only one was asked for.
         try:
             _fast_or_tool(
-                functools.partial(_fast_remount_read_only, target, self.statmount),
+                functools.partial(_fast_remount_read_only, target, self.statmount, self.lookups),
                 ["mount", "-o", "remount,bind,ro", target],
+                self.lookups,
             )
         except CommandError:
             try:
                 run(["umount", target])
             finally:
-                mountinfo.changed()
+                self.lookups.changed()
             raise
 
     def unmount(self, target: str, *, lazy: bool = False) -> None:
@@ -299,17 +305,17 @@ class LinuxMounts:
         if self.find(path) is None:
             return
         try:
-            _unmount(path, lazy)
+            _unmount(path, lazy, self.lookups)
         except CommandError:
             if self.find(path) is None:  # someone else unmounted it meanwhile
                 return
             raise
 
     def find(self, target: str) -> MountEntry | None:
-        return find_mount(os.path.realpath(target), self.statmount)
+        return find_mount(os.path.realpath(target), self.statmount, self.lookups)
 
     def shared_lookups(self) -> AbstractContextManager[None]:
-        return mountinfo.shared_mountinfo()
+        return self.lookups.scope()
 
     def list(self) -> list[MountEntry]:
         return [record.entry for record in read_mountinfo()]

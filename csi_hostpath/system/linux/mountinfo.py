@@ -3,11 +3,11 @@ path (statx + statmount(2), two syscalls; mountinfo where the kernel can't name 
 no statmount(2), Linux < 6.8, or no sb_source, < 6.11).
 
 Without statmount, an RPC's lookups share one read of mountinfo: each servicer's RPC body runs in
-`with self.shared_lookups():` (the system's Mounts.shared_lookups(), which sets this thread's
-context variable below). LinuxMounts' lookups parse mountinfo once inside it and answer every
-later one from that parse, until a mount, bind or unmount made through LinuxMounts drops it.
-Outside a scope (reconcile at start, tools) each lookup reads mountinfo for itself. With
-statmount nothing of the scope is used."""
+`with self.shared_lookups():` (the system's Mounts.shared_lookups(), which opens a scope of the
+LinuxMounts' own SharedLookups below, and find_mount is handed that object). LinuxMounts' lookups
+parse mountinfo once inside it and answer every later one from that parse, until a mount, bind or
+unmount made through LinuxMounts drops it. Outside a scope (reconcile at start, tools) each
+lookup reads mountinfo for itself. With statmount nothing of the scope is used."""
 
 from __future__ import annotations
 
@@ -31,27 +31,33 @@ class ParsedMountinfo:
     records: list[Any] | None = None  # MountRecord; None until the first lookup
 
 
-_CURRENT: ContextVar[ParsedMountinfo | None] = ContextVar("csi_hostpath_mountinfo", default=None)
+class SharedLookups:
+    """The scopes in which one owner's lookups share a parse (the system's LinuxMounts holds one):
+    a scope is this thread's (a context variable of this object's own), so two RPCs on two
+    threads never share one, and a scope of one owner is not another's."""
 
+    def __init__(self) -> None:
+        # One per LinuxMounts, which lives as long as the process.
+        self._current: ContextVar[ParsedMountinfo | None] = ContextVar(
+            "csi_hostpath_mountinfo", default=None
+        )
 
-@contextlib.contextmanager
-def shared_mountinfo() -> Iterator[None]:
-    token = _CURRENT.set(ParsedMountinfo())
-    try:
-        yield
-    finally:
-        _CURRENT.reset(token)
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        token = self._current.set(ParsedMountinfo())
+        try:
+            yield
+        finally:
+            self._current.reset(token)
 
+    def current(self) -> ParsedMountinfo | None:
+        return self._current.get()
 
-def current() -> ParsedMountinfo | None:
-    return _CURRENT.get()
-
-
-def changed() -> None:
-    """The mount table changed under this RPC: the next lookup parses mountinfo again."""
-    parsed = _CURRENT.get()
-    if parsed is not None:
-        parsed.records = None
+    def changed(self) -> None:
+        """The mount table changed under this RPC: the next lookup parses mountinfo again."""
+        parsed = self._current.get()
+        if parsed is not None:
+            parsed.records = None
 
 
 # --- parsing and lookups --------------------------------------------------------------------------
@@ -139,10 +145,11 @@ class StatmountProbe:
     works: bool = True
 
 
-def find_mount(path: str, probe: StatmountProbe) -> MountEntry | None:
+def find_mount(path: str, probe: StatmountProbe, lookups: SharedLookups) -> MountEntry | None:
     """The topmost mount at path (resolved), or None: statx(2) + statmount(2), two syscalls
-    whatever the number of mounts; read_mountinfo_at() where the kernel can't answer so (and,
-    when no path can be answered so, probe.works turns False and statmount is not asked again)."""
+    whatever the number of mounts; where the kernel can't answer so (and, when no path can be
+    answered so, probe.works turns False and statmount is not asked again), the parse of the
+    lookups' open scope, else read_mountinfo_at()."""
     if probe.works:
         try:
             return statmount.find(path)
@@ -150,7 +157,7 @@ def find_mount(path: str, probe: StatmountProbe) -> MountEntry | None:
             if exc.kernel_wide:
                 probe.works = False
             log.debug("%s; reading mountinfo", exc)
-    parsed = current()
+    parsed = lookups.current()
     if parsed is None:
         return topmost(read_mountinfo_at(path), path)
     if parsed.records is None:  # the RPC's one parse, shared by its later lookups
