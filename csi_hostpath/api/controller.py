@@ -20,7 +20,8 @@ from csi_hostpath.service.controller.group_snapshots import GroupSnapshots
 from csi_hostpath.service.controller.modify import ModifyService
 from csi_hostpath.service.controller.publish_ledger import PublishLedger
 from csi_hostpath.service.controller.volume_condition import HEALTHY
-from csi_hostpath.service.teardown import Room, retry_when_full
+from csi_hostpath.service.teardown import retry_when_full
+from csi_hostpath.store.headroom import Headroom
 
 T = TypeVar("T")
 RPC = pb.ControllerServiceCapability.RPC
@@ -62,13 +63,13 @@ class ControllerServicer(pb_grpc.ControllerServicer):
         modify: ModifyService,
         groups: GroupSnapshots,
         copies: CopyPool,
-        room: Room | None = None,
+        headroom: Headroom | None = None,
     ) -> None:
         self.service = service
         self.ledger = ledger  # ControllerPublishVolume and ControllerUnpublishVolume
         self.modify = modify
         self.groups = groups
-        self.room = room  # reserved headroom, given back when a teardown finds the disk full
+        self.headroom = headroom  # given back when a teardown finds the disk full
         # Snapshot and clone copies run here, never for long on an RPC worker (api/copy_pool.py).
         self.copies = copies
 
@@ -122,7 +123,7 @@ class ControllerServicer(pb_grpc.ControllerServicer):
         self, request: pb.DeleteVolumeRequest, context: grpc.ServicerContext
     ) -> pb.DeleteVolumeResponse:
         with self.shared_lookups():
-            retry_when_full(self.room, lambda: self.service.delete_volume(request.volume_id))
+            retry_when_full(self.headroom, lambda: self.service.delete_volume(request.volume_id))
             self.modify.deleted(request.volume_id)
             return pb.DeleteVolumeResponse()
 
@@ -143,7 +144,7 @@ class ControllerServicer(pb_grpc.ControllerServicer):
     ) -> pb.ControllerUnpublishVolumeResponse:
         with self.shared_lookups():
             retry_when_full(
-                self.room, lambda: self.ledger.unpublish(request.volume_id, request.node_id)
+                self.headroom, lambda: self.ledger.unpublish(request.volume_id, request.node_id)
             )
             return pb.ControllerUnpublishVolumeResponse()
 

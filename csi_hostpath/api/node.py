@@ -11,7 +11,8 @@ from csi_hostpath.api.self_publish import SelfPublish
 from csi_hostpath.api.status import rpc
 from csi_hostpath.core.model import AccessType
 from csi_hostpath.service.node import NodeService
-from csi_hostpath.service.teardown import Room, retry_when_full
+from csi_hostpath.service.teardown import retry_when_full
+from csi_hostpath.store.headroom import Headroom
 
 RPC = pb.NodeServiceCapability.RPC
 CAPABILITIES = (
@@ -31,12 +32,12 @@ class NodeServicer(pb_grpc.NodeServicer):
         self,
         service: NodeService,
         self_publish: SelfPublish | None = None,
-        room: Room | None = None,
+        headroom: Headroom | None = None,
     ) -> None:
         self.service = service
-        # Only with --self-publish (no attach in this deployment): the node takes its own hold.
+        # Only with --self-publish (no attach in this deployment): the node publishes to itself.
         self.self_publish = self_publish
-        self.room = room  # reserved headroom, given back when a teardown finds the disk full
+        self.headroom = headroom  # given back when a teardown finds the disk full
 
     def shared_lookups(self) -> AbstractContextManager[None]:
         """Opened first in each RPC's body: its mount lookups share one read of mountinfo."""
@@ -50,7 +51,7 @@ class NodeServicer(pb_grpc.NodeServicer):
             cap = convert.capability(request.volume_capability)
             publish_context = dict(request.publish_context)
             if self.self_publish is not None:
-                publish_context = self.self_publish.hold(request.volume_id, cap, publish_context)
+                publish_context = self.self_publish.publish(request.volume_id, cap, publish_context)
             self.service.stage(
                 request.volume_id,
                 request.staging_target_path,
@@ -66,11 +67,11 @@ class NodeServicer(pb_grpc.NodeServicer):
     ) -> pb.NodeUnstageVolumeResponse:
         with self.shared_lookups():
             retry_when_full(
-                self.room,
+                self.headroom,
                 lambda: self.service.unstage(request.volume_id, request.staging_target_path),
             )
             if self.self_publish is not None:
-                self.self_publish.release(request.volume_id)
+                self.self_publish.unpublish(request.volume_id)
             return pb.NodeUnstageVolumeResponse()
 
     @rpc
@@ -95,7 +96,8 @@ class NodeServicer(pb_grpc.NodeServicer):
     ) -> pb.NodeUnpublishVolumeResponse:
         with self.shared_lookups():
             retry_when_full(
-                self.room, lambda: self.service.unpublish(request.volume_id, request.target_path)
+                self.headroom,
+                lambda: self.service.unpublish(request.volume_id, request.target_path),
             )
             return pb.NodeUnpublishVolumeResponse()
 

@@ -1,11 +1,11 @@
-"""The node's own hold on a volume when the CO does no attach (the chart's local shape).
+"""The node's own publication of a volume when the CO does no attach (the chart's local shape).
 
 With CSIDriver attachRequired: false, Kubernetes never calls ControllerPublishVolume, but NodeStage
 still needs the fencing generation a publish grants (service/node/agent.py, `granted_generation`).
 In local scope with the controller service in the same process (--mode all --self-publish), the
-node asks its own controller for that hold at NodeStage and gives it back at NodeUnstage. The
-ledger and the leases stay the one record of who holds what, and the audit names every hold. See
-docs/design.md, "The local shape"."""
+node asks its own controller for that publication at NodeStage and unpublishes at NodeUnstage.
+The ledger and the leases stay the one record of who holds what, and the audit names every
+publication. See docs/design.md, "The local shape"."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class SelfPublish:
         self.ledger = ledger
         self.node_id = node_id
 
-    def hold(
+    def publish(
         self, volume_id: str, cap: Capability, publish_context: Mapping[str, str]
     ) -> dict[str, str]:
         """The publish_context NodeStage runs with: the CO's, when it carries a generation (an
@@ -31,10 +31,10 @@ class SelfPublish:
         if GENERATION_KEY in publish_context:
             return dict(publish_context)
         granted = self.ledger.publish(volume_id, self.node_id, cap, False)
-        log.info("self-publish: node %s holds volume %s for NodeStage", self.node_id, volume_id)
+        log.info("self-publish: published %s to node %s for NodeStage", volume_id, self.node_id)
         return {**publish_context, **granted}
 
-    def release(self, volume_id: str) -> None:
-        """After NodeUnstage: give the hold back, so the volume can be deleted."""
+    def unpublish(self, volume_id: str) -> None:
+        """After NodeUnstage: the publication given back, so the volume can be deleted."""
         self.ledger.unpublish(volume_id, self.node_id)
-        log.info("self-publish: node %s released volume %s", self.node_id, volume_id)
+        log.info("self-publish: unpublished %s from node %s", volume_id, self.node_id)

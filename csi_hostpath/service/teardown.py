@@ -8,21 +8,18 @@ needs only the room to commit."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from csi_hostpath.core.fullness import is_disk_full
+from csi_hostpath.store.headroom import Headroom
 
 T = TypeVar("T")
 
 
-class Room(Protocol):
-    def release(self) -> bool: ...
-
-
-def retry_when_full(room: Room | None, action: Callable[[], T]) -> T:
+def retry_when_full(headroom: Headroom | None, action: Callable[[], T]) -> T:
     try:
         return action()
     except Exception as e:
-        if room is None or not is_disk_full(e) or not room.release():
+        if headroom is None or not is_disk_full(e) or not headroom.release():
             raise
     return action()
