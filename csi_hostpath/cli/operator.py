@@ -117,7 +117,7 @@ def ledger_main(args: argparse.Namespace) -> int:
     from csi_hostpath.cli.lookup import NO_STATE, display_name, no_state, not_found, volume_id
     from csi_hostpath.core.errors import DriverError
     from csi_hostpath.service.controller import PublishLedger
-    from csi_hostpath.service.guard import InFlight
+    from csi_hostpath.service.inflight import InFlight
     from csi_hostpath.store.db import Store
     from csi_hostpath.store.pool_layout import PoolLayout
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from csi_hostpath.daemon.config import Config, PoolScope
-from csi_hostpath.service.guard import InFlight
+from csi_hostpath.service.inflight import InFlight
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.base import System

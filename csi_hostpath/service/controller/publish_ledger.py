@@ -20,7 +20,7 @@ from csi_hostpath.core.naming import is_volume_id
 from csi_hostpath.service.controller._log import log
 from csi_hostpath.service.controller.controller_context import ControllerContext
 from csi_hostpath.service.controller.revocation import Revocations
-from csi_hostpath.service.guard import InFlight
+from csi_hostpath.service.inflight import InFlight
 from csi_hostpath.store.db import AuditEntry, Store
 from csi_hostpath.store.pool_layout import PoolLayout
 

@@ -133,8 +133,8 @@ class NodeAgent:
                 continue
             try:
                 with self.inflight.hold(seen.volume_id, "fence"):
-                    # Decide again under the guard: a NodeStage may have re-staged the volume
-                    # under a newer grant since the first read.
+                    # Decide again under the in-flight guard: a NodeStage may have re-staged the
+                    # volume under a newer grant since the first read.
                     current = self.store.get_staging(seen.volume_id)
                     lease = self.layout.read_lease(seen.volume_id)
                     if current is None or not ledger_rules.is_revoked(

@@ -47,7 +47,8 @@ class DeviceWatch:
             self.check(volume_id)
 
     def _fine(self, volume_id: str) -> bool:
-        """Nothing to report: not staged, or its device is there. Asked without the guard."""
+        """Nothing to report: not staged, or its device is there. Asked without the in-flight
+        guard."""
         if volume_id in self.abnormal:
             return False
         staged = self.store.get_staging(volume_id)
@@ -56,7 +57,7 @@ class DeviceWatch:
         )
 
     def check(self, volume_id: str) -> None:
-        # The common answer, "its device is there", is found without taking the volume's guard:
+        # The common answer, "its device is there", is found without taking the in-flight guard:
         # a CO call arriving while a check held it would be refused ABORTED for nothing.
         if self._fine(volume_id):
             return

@@ -59,7 +59,7 @@ class DriverDirs:
     def __init__(self, dirs: dict[str, Path]) -> None:
         self.dirs = dirs  # "state directory" -> its path, ...
 
-    def guard(self, path: str, what: str) -> str:
+    def judged(self, path: str, what: str) -> str:
         """The CO's path (normalised, as given) once it is judged safe to mount onto."""
         path = check_path(path, what)
         refuse_symlink(path, what)

@@ -152,7 +152,7 @@ class NodeService:
         publish_context: Mapping[str, str],
         volume_context: Mapping[str, str],
     ) -> None:
-        staging_path = self.paths.guard(staging_path, "staging_target_path")
+        staging_path = self.paths.judged(staging_path, "staging_target_path")
         access.check_capability(cap)
         with self.inflight.hold(volume_id, "NodeStageVolume"):
             backing = self._backing_file(volume_id)
@@ -258,7 +258,7 @@ class NodeService:
         readonly: bool,
         volume_context: Mapping[str, str] | None = None,
     ) -> None:
-        target_path = self.paths.guard(target_path, "target_path")
+        target_path = self.paths.judged(target_path, "target_path")
         access.check_capability(cap)
         if (volume_context or {}).get(EPHEMERAL_KEY) == "true":
             self.inline.publish(
