@@ -30,11 +30,11 @@ from csi_hostpath.daemon.status_http import LedgerView, serve_status
 from csi_hostpath.daemon.stop_signals import stop_on_signals
 from csi_hostpath.service.controller import ControllerService, PublishLedger
 from csi_hostpath.service.controller.changed_blocks import SnapshotMetadataService
-from csi_hostpath.service.controller.consistency import ReentrantConsistency
 from csi_hostpath.service.controller.controller_context import ControllerContext
 from csi_hostpath.service.controller.group_snapshots import GroupSnapshots
 from csi_hostpath.service.controller.modify import ModifyService
 from csi_hostpath.service.controller.pool_truth import open_pool
+from csi_hostpath.service.controller.reentrant_freeze import ReentrantFreeze
 from csi_hostpath.service.controller.remote_freeze import RemoteFreeze
 from csi_hostpath.service.ledger_view import ledger_view
 from csi_hostpath.service.metrics import Metrics, build_metrics
@@ -162,7 +162,7 @@ class ControllerParts:
     ctx: ControllerContext
     service: ControllerService
     ledger: PublishLedger
-    consistency: ReentrantConsistency
+    freeze: ReentrantFreeze
 
 
 def _controller_parts(
@@ -173,11 +173,9 @@ def _controller_parts(
     # The controller role's one read of the Config; its parts share what it carries.
     ctx = ControllerContext.from_config(config, store, system, layout)
     # Re-entrant, so a group snapshot's freeze of every member covers each member's cut.
-    consistency = ReentrantConsistency(
-        _freeze_everywhere(ctx, FreezeChannel(config.pool_dir), node)
-    )
-    service = ControllerService(ctx, consistency)
-    return ControllerParts(ctx, service, PublishLedger.from_context(ctx), consistency)
+    freeze = ReentrantFreeze(_freeze_everywhere(ctx, FreezeChannel(config.pool_dir), node))
+    service = ControllerService(ctx, freeze)
+    return ControllerParts(ctx, service, PublishLedger.from_context(ctx), freeze)
 
 
 def build_driver(config: Config, system: System | None = None) -> Driver:
@@ -265,7 +263,7 @@ def _add_servicers(
     controller, the Node service where it is a node."""
     if parts is not None:
         modify = ModifyService(parts.ctx)
-        groups = GroupSnapshots(GroupRecords(config.pool_dir), parts.service, parts.consistency)
+        groups = GroupSnapshots(GroupRecords(config.pool_dir), parts.service, parts.freeze)
         server.add_servicer(
             pb_grpc.add_ControllerServicer_to_server,
             ControllerServicer(parts.service, parts.ledger, modify, groups, copies, headroom),

@@ -12,8 +12,8 @@ import pytest
 
 from csi_hostpath.core.errors import Incompatible, InvalidRequest, SnapshotNotFound
 from csi_hostpath.core.model import Snapshot
-from csi_hostpath.service.controller.consistency import ReentrantConsistency
 from csi_hostpath.service.controller.group_snapshots import GroupSnapshots
+from csi_hostpath.service.controller.reentrant_freeze import ReentrantFreeze
 from csi_hostpath.store.groups import GroupRecords
 
 A, B = "vol-" + "a" * 32, "vol-" + "b" * 32
@@ -55,7 +55,7 @@ def make(tmp_path: Path, fail_on: str = "") -> tuple[GroupSnapshots, FakeSnapsho
             log.append(f"thaw {volume_id}")
 
     snaps = FakeSnapshots(log, fail_on)
-    groups = GroupSnapshots(GroupRecords(tmp_path), snaps, ReentrantConsistency(freeze))
+    groups = GroupSnapshots(GroupRecords(tmp_path), snaps, ReentrantFreeze(freeze))
     return groups, snaps, log
 
 

@@ -2,7 +2,7 @@
 ControllerContext (controller_context.py): the publish ledger and force-detach
 (publish_ledger.py), snapshots (snapshots.py), placement and capacity (placement.py,
 allocations.py), the pool as the truth (pool_truth.py), revocations (revocation.py), volume
-conditions (volume_condition.py), freezes asked of a node (remote_freeze.py, consistency.py),
+conditions (volume_condition.py), freezes asked of a node (remote_freeze.py, reentrant_freeze.py),
 ModifyVolume (modify.py), group snapshots and snapshot metadata."""
 
 from csi_hostpath.service.controller.publish_ledger import (

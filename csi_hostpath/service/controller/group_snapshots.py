@@ -16,7 +16,7 @@ from typing import Protocol
 from csi_hostpath.core.errors import Incompatible, InvalidRequest, SnapshotNotFound
 from csi_hostpath.core.model import Snapshot
 from csi_hostpath.service.controller._log import log
-from csi_hostpath.service.controller.consistency import Freeze
+from csi_hostpath.service.controller.reentrant_freeze import Freeze
 from csi_hostpath.store.groups import GroupRecord, GroupRecords, is_group_id, new_group_id
 
 

@@ -10,7 +10,7 @@ made from the same ControllerContext, whose in-flight guard it shares with delet
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +42,7 @@ from csi_hostpath.service.controller.placement import (
     snapshot_topology,
 )
 from csi_hostpath.service.controller.pool_truth import discard, making
+from csi_hostpath.service.controller.reentrant_freeze import Freeze
 from csi_hostpath.service.controller.snapshots import Snapshots
 from csi_hostpath.service.controller.volume_condition import volume_problems
 from csi_hostpath.service.lost_volumes import loss_of, release_lost
@@ -66,7 +67,7 @@ class ControllerService:
     def __init__(
         self,
         ctx: ControllerContext,
-        consistency: Callable[[str], AbstractContextManager[None]] | None = None,
+        freeze: Freeze | None = None,
     ) -> None:
         self.ctx = ctx  # for the placement rules; its flags: max_volume_size, node_lost_after
         self.store = ctx.store
@@ -75,9 +76,9 @@ class ControllerService:
         self.inflight = ctx.inflight
         # Freezes a volume's filesystem while it is copied, when the volume is staged on this
         # same process's node (mode all); elsewhere a copy is crash-consistent at best.
-        self.consistency = consistency or (lambda volume_id: nullcontext())
+        self.freeze = freeze or (lambda volume_id: nullcontext())
         self.capacity = Capacity(ctx)
-        self.snapshots = Snapshots(ctx, self.capacity, self.consistency)
+        self.snapshots = Snapshots(ctx, self.capacity, self.freeze)
 
     # ----- helpers -----
     def shared_lookups(self) -> AbstractContextManager[None]:
@@ -225,7 +226,7 @@ class ControllerService:
         if source is not None and source.kind == "volume":
             with (
                 self.inflight.hold(source.source_id, "CreateVolume (clone source)"),
-                self.consistency(source.source_id),
+                self.freeze(source.source_id),
             ):
                 self.system.pool.copy_sparse(source_file, dest)
         else:

@@ -6,8 +6,6 @@ remove the file mid-copy) and, where the volume is staged in this process, its f
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 
 from csi_hostpath.core.capacity import refuse_below_reserve
 from csi_hostpath.core.errors import (
@@ -23,6 +21,7 @@ from csi_hostpath.service.controller._log import log
 from csi_hostpath.service.controller.controller_context import ControllerContext
 from csi_hostpath.service.controller.placement import Capacity
 from csi_hostpath.service.controller.pool_truth import discard, making
+from csi_hostpath.service.controller.reentrant_freeze import Freeze
 from csi_hostpath.store.backing import file_identity
 from csi_hostpath.system.base import NoSpace
 
@@ -32,14 +31,14 @@ class Snapshots:
         self,
         ctx: ControllerContext,
         capacity: Capacity,
-        consistency: Callable[[str], AbstractContextManager[None]],
+        freeze: Freeze,
     ) -> None:
         self.store = ctx.store
         self.system = ctx.system
         self.layout = ctx.layout
         self.inflight = ctx.inflight
         self.capacity = capacity
-        self.consistency = consistency
+        self.freeze = freeze
 
     def _require_volume(self, volume_id: str) -> Volume:
         volume = self.store.get_volume(volume_id) if is_volume_id(volume_id) else None
@@ -81,7 +80,7 @@ class Snapshots:
                 with making(self.system.pool, dest, body) as stamp:
                     with (
                         self.capacity.allocations.copying(self.system.pool.allocated(source)),
-                        self.consistency(volume.volume_id),
+                        self.freeze(volume.volume_id),
                     ):
                         self.system.pool.copy_sparse(source, dest)
                     stamp()

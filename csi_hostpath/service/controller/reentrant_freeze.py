@@ -1,4 +1,5 @@
-"""A volume's consistency point (its filesystem frozen), re-entrant within one thread.
+"""A volume's freeze (its filesystem frozen: the copy's consistency point), re-entrant within
+one thread.
 
 A group snapshot freezes every member first and then cuts each member with the ordinary
 CreateSnapshot path, which asks for the same freeze again; FIFREEZE on a frozen filesystem is
@@ -13,7 +14,7 @@ from contextlib import AbstractContextManager, contextmanager
 Freeze = Callable[[str], AbstractContextManager[None]]
 
 
-class ReentrantConsistency:
+class ReentrantFreeze:
     def __init__(self, freeze: Freeze) -> None:
         self._freeze = freeze
         self._local = threading.local()
