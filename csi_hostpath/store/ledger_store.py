@@ -16,9 +16,10 @@ from csi_hostpath.store.rows import AuditEntry, publication_of, volume_of
 
 
 @dataclass(frozen=True, slots=True)
-class TokenFloor:
-    """What a rebuild from the pool restores of a volume's ledger: the generation no token may go
-    below, and the holders a newer lease lists that the database lost."""
+class GenerationFloor:
+    """What a rebuild from the pool restores of a volume's ledger: the highest generation already
+    issued (the next publish goes above it), and the holders a newer lease lists that the
+    database lost."""
 
     generation: int
     restored: tuple[Publication, ...] = ()
@@ -194,8 +195,8 @@ class Ledger(Connection):
             for r in self._read(sql, (volume_id,) if volume_id else ())
         ]
 
-    def keep_tokens_ahead(
-        self, volume_id: str, plan: Callable[[int, set[str]], TokenFloor]
+    def keep_generations_ahead(
+        self, volume_id: str, plan: Callable[[int, set[str]], GenerationFloor]
     ) -> bool:
         """Run plan(the volume's generation, the nodes holding it) and commit it under one write
         lock: restore the holders it lists, raise the generation to its floor, audit both.
@@ -225,7 +226,8 @@ class Ledger(Connection):
                     (floor.generation, volume_id),
                 )
                 reason = (
-                    f"raised from {current}: tokens up to {floor.generation} were already issued"
+                    f"raised from {current}: generations up to {floor.generation} were already "
+                    "issued"
                 )
                 self.record(
                     "pool", "generation-floor", volume_id, "", floor.generation, reason, within=db

@@ -20,7 +20,7 @@ from csi_hostpath.service.node.devices import DeviceWatch
 from csi_hostpath.service.node.node_context import NodeContext
 from csi_hostpath.service.node.node_mounts import NodeMounts
 
-_TOKEN = re.compile(r"[0-9]{1,18}")
+_GENERATION = re.compile(r"[0-9]{1,18}")
 
 
 class NodeAgent:
@@ -245,7 +245,7 @@ class NodeAgent:
     def granted_generation(self, volume_id: str, publish_context: Mapping[str, str]) -> int:
         """Check the fencing token the CO hands us against the lease the controller wrote."""
         raw = publish_context.get(GENERATION_KEY, "")
-        if not _TOKEN.fullmatch(raw):
+        if not _GENERATION.fullmatch(raw):
             raise GenerationRevoked(
                 f"volume {volume_id} is not published to node {self.node_id!r}: the "
                 "publish_context carries no fencing generation; call ControllerPublishVolume first"

@@ -29,7 +29,7 @@ from csi_hostpath.core.naming import is_snapshot_id, is_volume_id
 from csi_hostpath.store._log import log
 from csi_hostpath.store.backing import file_identity
 from csi_hostpath.store.db import Store
-from csi_hostpath.store.ledger_store import TokenFloor
+from csi_hostpath.store.ledger_store import GenerationFloor
 from csi_hostpath.store.pool_layout import PoolLayout, write_atomically
 
 QUARANTINE = "quarantine"
@@ -108,7 +108,7 @@ def adopt_pool(store: Store, layout: PoolLayout) -> AdoptReport:
     _stamp_recorded(store, layout, report)
     beats = _staged_generations(layout)
     for volume in store.all_volumes():
-        if _keep_tokens_ahead(store, layout, volume, beats.get(volume.volume_id, {})):
+        if _keep_generations_ahead(store, layout, volume, beats.get(volume.volume_id, {})):
             report.raised.append(volume.volume_id)
     for path_name, why in report.quarantined:
         log.warning("pool: quarantined %s: %s", path_name, why)
@@ -233,14 +233,14 @@ def _staged_generations(layout: PoolLayout) -> dict[str, dict[str, tuple[int, st
     return found
 
 
-def _keep_tokens_ahead(
+def _keep_generations_ahead(
     store: Store, layout: PoolLayout, volume: Volume, staged: dict[str, tuple[int, str]]
 ) -> bool:
-    """Raise the volume's generation to every token already issued, and restore the holders a
+    """Raise the volume's generation to every generation already issued, and restore the holders a
     lease newer than the database lists. Returns whether anything changed."""
     lease = layout.read_lease(volume.volume_id)
 
-    def plan(current: int, held: set[str]) -> TokenFloor:
+    def plan(current: int, held: set[str]) -> GenerationFloor:
         seen = [current, *(g for g, _ in staged.values())]
         holders: dict[str, int] = {}
         if lease is not None:
@@ -254,9 +254,9 @@ def _keep_tokens_ahead(
             for node_id, generation in holders.items()
             if node_id not in held
         )
-        return TokenFloor(max(seen), restored)
+        return GenerationFloor(max(seen), restored)
 
-    return store.keep_tokens_ahead(volume.volume_id, plan)
+    return store.keep_generations_ahead(volume.volume_id, plan)
 
 
 def _restored_holder(
