@@ -22,7 +22,7 @@ from tests.chart.chart_tool import ROOT
 EXAMPLES = ROOT / "examples"
 KIND_CONFIG = EXAMPLES / "kind-config.yaml"
 GUIDE = ROOT / "docs" / "kind.md"
-# kind's own configurations are no Kubernetes objects (tests/chart/test_kind_setup.py has them).
+# kind's own configurations are no Kubernetes objects (tests/k8s/kind/test_kind_setup.py has them).
 KIND_CONFIGS = (KIND_CONFIG, EXAMPLES / "kind-config-no-dev.yaml")
 MANIFESTS = sorted(p for p in EXAMPLES.glob("*.yaml") if p not in KIND_CONFIGS)
 
