@@ -6,4 +6,4 @@ k8s-e2e), and test_project_clusters.py (how each of them installs the chart).
 
 The tests that need a live cluster or a Docker are marked `real` and skip unless asked
 (CLUSTER_TESTS=1, or root for the Docker). The models of Kubernetes that need no cluster are the
-e2e harness's (tests/e2e/k8s/)."""
+e2e harness's (tests/e2e/k8s_models/)."""

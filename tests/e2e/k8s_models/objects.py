@@ -1,6 +1,6 @@
 """The API objects the modelled components share through the apiserver, reduced to the fields
-that volumes depend on: one set for both models, the attach path (tests/e2e/k8s) and the
-placement of node-local volumes (tests/e2e/k8s_sched)."""
+that volumes depend on: one set for both models, the attach path (tests/e2e/k8s_models) and the
+placement of node-local volumes (tests/e2e/k8s_models/placement)."""
 
 from __future__ import annotations
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tests.e2e.k8s.objects import Api, Claim
-from tests.e2e.k8s_sched.provisioner import NodeProvisioner
-from tests.e2e.k8s_sched.scheduler import schedule
+from tests.e2e.k8s_models.objects import Api, Claim
+from tests.e2e.k8s_models.placement.provisioner import NodeProvisioner
+from tests.e2e.k8s_models.placement.scheduler import schedule
 
 
 @dataclass

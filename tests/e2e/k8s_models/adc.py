@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tests.e2e.k8s.clock import Backoff, SimClock, operation_backoff
-from tests.e2e.k8s.objects import (
+from tests.e2e.k8s_models.clock import Backoff, SimClock, operation_backoff
+from tests.e2e.k8s_models.objects import (
     OUT_OF_SERVICE,
     Api,
     VolumeAttachment,

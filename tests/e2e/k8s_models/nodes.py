@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tests.e2e.k8s.clock import SimClock
-from tests.e2e.k8s.objects import OUT_OF_SERVICE, Api
+from tests.e2e.k8s_models.clock import SimClock
+from tests.e2e.k8s_models.objects import OUT_OF_SERVICE, Api
 
 # --node-monitor-grace-period: 50 s since Kubernetes 1.32 (40 s before).
 NODE_MONITOR_GRACE = 50.0

@@ -1,9 +1,10 @@
-"""Node failure and recovery, played by models of the real Kubernetes components (tests/e2e/k8s:
+"""Node failure and recovery, played by models of the real Kubernetes components over a real
+controller and real node plugins in their own mount namespaces. The models (tests/e2e/k8s_models:
 external-attacher, the attach-detach controller, the kubelet's volume manager, external-provisioner
-and the node lifecycle controller, each naming its upstream source) over a real controller and
-real node plugins in their own mount namespaces. Time is simulated, so the attach-detach
-controller's 6 minutes take a moment; the driver's own clock is real, so a frozen node is frozen
-for longer than --node-grace (2 s here) before the driver is asked anything about it.
+and the node lifecycle controller) each name their upstream source; no cluster is needed. Time is
+simulated, so the attach-detach controller's 6 minutes take a moment; the driver's own clock is
+real, so a frozen node is frozen for longer than --node-grace (2 s here) before the driver is asked
+anything about it.
 
 A scenario acts only as a user would (pods, taints, `ledger force-detach`) and lets the models
 send every CSI call."""
@@ -27,11 +28,11 @@ from csi_hostpath.store.pool_layout import PoolLayout
 from tests import helpers as h
 from tests.e2e.harness import TOPOLOGY_KEY, Cluster, Node
 from tests.e2e.harness import Pod as PodPaths
-from tests.e2e.k8s.adc import MAX_WAIT_FOR_UNMOUNT
-from tests.e2e.k8s.clock import SimClock
-from tests.e2e.k8s.objects import OUT_OF_SERVICE, Api, Claim
-from tests.e2e.k8s.provisioner import ExternalProvisioner
-from tests.e2e.k8s.world import World
+from tests.e2e.k8s_models.adc import MAX_WAIT_FOR_UNMOUNT
+from tests.e2e.k8s_models.clock import SimClock
+from tests.e2e.k8s_models.objects import OUT_OF_SERVICE, Api, Claim
+from tests.e2e.k8s_models.provisioner import ExternalProvisioner
+from tests.e2e.k8s_models.world import World
 from tests.kernel import loops_backed_under
 from tests.processes import wait_for
 

@@ -16,7 +16,7 @@ the scheduler's shape: "0/N nodes are available: N node(s) did not have enough f
 
 from __future__ import annotations
 
-from tests.e2e.k8s.objects import SELECTED_NODE, Api, Claim, Node, StorageCapacity
+from tests.e2e.k8s_models.objects import SELECTED_NODE, Api, Claim, Node, StorageCapacity
 
 ERR_REASON_NOT_ENOUGH_SPACE = "node(s) did not have enough free storage"  # binder.go
 ERR_REASON_NODE_AFFINITY = "node(s) didn't match Pod's node affinity/selector"  # NodeAffinity

@@ -19,8 +19,8 @@ import grpc
 from csi_hostpath.client import csi_requests as rq
 from tests.e2e.harness import DRIVER_NAME, PV, Node
 from tests.e2e.harness import Pod as PodPaths
-from tests.e2e.k8s.clock import Backoff, SimClock, operation_backoff
-from tests.e2e.k8s.objects import Api, attachment_name
+from tests.e2e.k8s_models.clock import Backoff, SimClock, operation_backoff
+from tests.e2e.k8s_models.objects import Api, attachment_name
 
 RPC_TIMEOUT = 60.0  # a NodeStage may run mkfs
 CSI_DIR = "volumes/kubernetes.io~csi"

@@ -29,7 +29,7 @@ from typing import Any
 import grpc
 
 from csi_hostpath._pb import csi_pb2 as pb
-from tests.e2e.k8s.objects import (
+from tests.e2e.k8s_models.objects import (
     SELECTED_NODE,
     Api,
     Claim,

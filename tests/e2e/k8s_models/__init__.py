@@ -11,4 +11,5 @@ Time is simulated (`clock.SimClock`): a scenario advances it, and every model ru
 each tick, so the attach-detach controller's 6-minute wait takes a fraction of a second. The
 driver under the models is real: a controller process and node plugins in their own mount
 namespaces. Scenarios act only through the models and the API objects (`objects.Api`), the way
-a user acts through kubectl; the models alone send the CSI calls."""
+a user acts through kubectl; the models alone send the CSI calls. They need no cluster, and run
+with the rest of tests/e2e; what needs a cluster is in tests/k8s/."""

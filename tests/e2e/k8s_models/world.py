@@ -8,14 +8,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tests.e2e.harness import Cluster
-from tests.e2e.k8s.adc import AttachDetachController
-from tests.e2e.k8s.attacher import ExternalAttacher
-from tests.e2e.k8s.clock import SimClock
-from tests.e2e.k8s.kubelet import VolumeManager
-from tests.e2e.k8s.nodes import NodeLifecycle
-from tests.e2e.k8s.objects import Api
-from tests.e2e.k8s.objects import Node as NodeObject
-from tests.e2e.k8s.provisioner import ExternalProvisioner
+from tests.e2e.k8s_models.adc import AttachDetachController
+from tests.e2e.k8s_models.attacher import ExternalAttacher
+from tests.e2e.k8s_models.clock import SimClock
+from tests.e2e.k8s_models.kubelet import VolumeManager
+from tests.e2e.k8s_models.nodes import NodeLifecycle
+from tests.e2e.k8s_models.objects import Api
+from tests.e2e.k8s_models.objects import Node as NodeObject
+from tests.e2e.k8s_models.provisioner import ExternalProvisioner
 
 # The controllers' loops run every 100 ms upstream; one tick of simulated time is coarser, which
 # only delays each step to the next tick.
