@@ -20,7 +20,7 @@ from tests import helpers as h
 from tests.conftest import Client
 from tests.helpers import Mounted
 from tests.real.test_data_features import _from_source, _snapshot
-from tests.real.test_freeze import _staged, always_thawed, held_driver, snapshot
+from tests.real.test_freeze_real import _staged, always_thawed, held_driver, snapshot
 
 C = grpc.StatusCode
 MiB = h.MiB

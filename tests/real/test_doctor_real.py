@@ -2,7 +2,7 @@
 on a machine with loop devices and every tool, an xfs pool on a loop device says reflink works,
 and doctor names which database owns the pool (the controller refuses a second database at
 start, tests/real/test_pool_truth.py::test_a_second_database_is_refused) and the take-over
-command, before anyone starts it. The checks on prepared failures: tests/test_doctor.py."""
+command, before anyone starts it. The checks on prepared failures: tests/unit/test_doctor.py."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from csi_hostpath.doctor.pool_checks import check_owner
 from csi_hostpath.store.backing.owner import rebuild_command
 from tests.conftest import in_process
 from tests.needs import needs_fs
-from tests.test_doctor import TOOLS, checks_by_name, needs_loop_control, real_tools
+from tests.unit.test_doctor import TOOLS, checks_by_name, needs_loop_control, real_tools
 
 
 def test_doctor_names_the_pools_owner_and_the_take_over(workdir: Path) -> None:

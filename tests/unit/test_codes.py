@@ -2,7 +2,7 @@
 "database or disk is full") is RESOURCE_EXHAUSTED, not INTERNAL; other OS errors stay INTERNAL;
 ControllerExpandVolume past what the pool can hold is OUT_OF_RANGE ("Unsupported capacity" in CSI
 spec.md's ControllerExpandVolume errors table). The same on a real pool, the pool's reserve and a
-corrupt state.db: tests/real/test_codes.py."""
+corrupt state.db: tests/real/test_codes_real.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The endpoint claim against real `serve` processes: a second driver with its own state
 directory leaves a live socket to the driver that serves on it, and a regular file at the
-endpoint is refused and kept. The claim's rules on their own: tests/test_endpoint_claim.py."""
+endpoint is refused and kept. The claim's rules on their own: tests/unit/test_endpoint_claim.py."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from csi_hostpath._pb import csi_pb2
 from tests.conftest import in_process
-from tests.test_endpoint_claim import serve_beside
+from tests.unit.test_endpoint_claim import serve_beside
 
 
 def test_second_driver_with_another_state_dir_does_not_take_over(workdir: Path) -> None:

@@ -22,7 +22,7 @@ from csi_hostpath.system.base import System
 from csi_hostpath.system.linux import linux_system
 from tests import helpers as h
 from tests.conftest import Client, in_process
-from tests.real.test_freeze import HeldCopy
+from tests.real.test_freeze_real import HeldCopy
 
 WORKERS = 4
 COPIES = 6  # more than WORKERS

@@ -16,7 +16,7 @@ from google.protobuf.descriptor import Descriptor, EnumDescriptor
 
 from csi_hostpath._pb import csi_pb2, csi_pb2_grpc
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PB_DIR = ROOT / "csi_hostpath" / "_pb"
 GENERATED_FILES = tuple(
     f"{proto}{suffix}"

@@ -1,7 +1,7 @@
 """Honest thin capacity and topology in the spec's order, over a real gRPC server.
 
 The fake system layer pretends only the pool's size (64 MiB); files, sqlite and the server are
-real. The real-pool and trim tests are in tests/real/test_thin_capacity.py."""
+real. The real-pool and trim tests are in tests/real/test_thin_capacity_real.py."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ a small tmpfs pool is OUT_OF_RANGE, not RESOURCE_EXHAUSTED, and never grows the 
 new work below the pool's reserve is RESOURCE_EXHAUSTED while teardown still works; an inline
 volume whose size has 5,000 digits is INVALID_ARGUMENT and leaves nothing behind; a corrupt
 state.db makes `serve` exit 1 naming the file and the rebuild, without a traceback. The rules
-themselves, on the fake layer: tests/test_codes.py."""
+themselves, on the fake layer: tests/unit/test_codes.py."""
 
 from __future__ import annotations
 

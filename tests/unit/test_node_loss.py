@@ -217,7 +217,7 @@ def test_cleanup_prints_the_kubectl_steps_and_runs_them_with_a_kubeconfig(
             "--kubeconfig",
             str(kubeconfig),
         ],
-        env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
         capture_output=True,
         text=True,
         timeout=60,

@@ -1,6 +1,6 @@
 """--self-publish on a real loop device and ext4: NodeStage takes the node's own hold with no
 attach, NodeUnstage returns it, and nothing stays mounted or attached. On the fake layer:
-tests/test_self_publish.py."""
+tests/unit/test_self_publish.py."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tests import helpers as h
 from tests.conftest import in_process
-from tests.test_self_publish import holders
+from tests.unit.test_self_publish import holders
 
 
 def test_stage_mount_and_release_without_an_attach(workdir: Path) -> None:
