@@ -1,4 +1,6 @@
-"""The chart's items that are the driver's behaviour in the chart's shape, checked against the
+"""The driver's own behaviour as the rendered chart shapes it, offline.
+
+The chart's items that are the driver's behaviour in the chart's shape, checked against the
 rendered chart (offline; the real-device tests are named in each docstring):
 
 - Probe answers ready=false while the driver starts, and copies never take every RPC worker;

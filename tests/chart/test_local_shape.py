@@ -1,4 +1,6 @@
-"""The many-machines shape, pool.scope local: each node's DaemonSet pod is the controller
+"""The chart's local shape: each node's pod controls its own pool; no central controller.
+
+The many-machines shape, pool.scope local: each node's DaemonSet pod is the controller
 of its own pool beside a node-local external-provisioner; no central controller, no attach.
 
 Upstream: external-provisioner v6.3.0 README ("Deployment on each node", "Capacity support"),

@@ -1,4 +1,6 @@
-"""Changed-block tracking in the chart: the external-snapshot-metadata sidecar (v0.2.0) beside the
+"""The chart's changed-block tracking: the snapshot-metadata sidecar and its objects.
+
+Changed-block tracking in the chart: the external-snapshot-metadata sidecar (v0.2.0) beside the
 controller, its Service, its TLS Secret and the SnapshotMetadataService object, rendered only where
 the cluster serves cbt.storage.k8s.io/v1alpha1, in the shared shape, with snapshots on. The flags
 are those of its pkg/sidecar/sidecar.go, the rules those its code uses."""

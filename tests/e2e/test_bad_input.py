@@ -1,4 +1,6 @@
-"""Hostile input, over gRPC, to one long-lived real driver (`--mode all`, local scope, its own
+"""Hostile requests and raw bytes over gRPC to one long-lived driver, real or fake.
+
+Hostile input, over gRPC, to one long-lived real driver (`--mode all`, local scope, its own
 work directory and its own mount namespace).
 
 Every request message of the Identity, Controller and Node services is generated from its

@@ -1,4 +1,6 @@
-"""Chaos: volume lifecycles with a kill -9 at a random point of each, sometimes with the state
+"""Chaos: kill -9 at a random point of volume lifecycles, a restart, then the invariants.
+
+Chaos: volume lifecycles with a kill -9 at a random point of each, sometimes with the state
 directory lost too, then a restart, then the invariants.
 
 Two kinds of lifecycle, chosen at random:

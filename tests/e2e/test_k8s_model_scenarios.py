@@ -1,4 +1,6 @@
-"""Node failure and recovery, played by models of the real Kubernetes components over a real
+"""Node failure and recovery, played by models of Kubernetes over real driver processes.
+
+Node failure and recovery, played by models of the real Kubernetes components over a real
 controller and real node plugins in their own mount namespaces. The models (tests/e2e/k8s_models:
 external-attacher, the attach-detach controller, the kubelet's volume manager, external-provisioner
 and the node lifecycle controller) each name their upstream source; no cluster is needed. Time is

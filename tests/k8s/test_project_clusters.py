@@ -1,4 +1,6 @@
-"""Every way this project's own clusters install the chart selects the driver image's own registrar
+"""Every way the project's clusters install the chart picks the driver image's own helpers.
+
+Every way this project's own clusters install the chart selects the driver image's own registrar
 and liveness probe. The chart's defaults name kubernetes-csi's images, which those clusters can
 neither pull nor build (the Go module proxy refuses both modules), so a default there would leave
 the node plugin in ImagePullBackOff. The ways: the experiments' installer

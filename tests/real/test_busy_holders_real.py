@@ -1,4 +1,6 @@
-"""On real loop devices through a real driver: a NodeUnpublishVolume that the kernel
+"""A busy unpublish on real devices names the process that holds the target.
+
+On real loop devices through a real driver: a NodeUnpublishVolume that the kernel
 refuses (EBUSY) names the process holding the target, by pid and command, in the error, the log
 and `inspect`. The fake-kernel twin is tests/unit/test_busy_holders.py."""
 

@@ -1,4 +1,6 @@
-"""The spec's codes where a real pool, real processes or real devices give them: expansion past
+"""The spec's codes where a real pool, real processes or real devices give them.
+
+The spec's codes where a real pool, real processes or real devices give them: expansion past
 a small tmpfs pool is OUT_OF_RANGE, not RESOURCE_EXHAUSTED, and never grows the file part way;
 new work below the pool's reserve is RESOURCE_EXHAUSTED while teardown still works; an inline
 volume whose size has 5,000 digits is INVALID_ARGUMENT and leaves nothing behind; a corrupt

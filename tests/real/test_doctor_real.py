@@ -1,4 +1,6 @@
-"""`csi-hostpath doctor` on this machine's real loop devices and filesystems: every check passes
+"""`csi-hostpath doctor` on this machine's real loop devices, filesystems and pool.
+
+`csi-hostpath doctor` on this machine's real loop devices and filesystems: every check passes
 on a machine with loop devices and every tool, an xfs pool on a loop device says reflink works,
 and doctor names which database owns the pool (the controller refuses a second database at
 start, tests/real/test_pool_truth.py::test_a_second_database_is_refused) and the take-over

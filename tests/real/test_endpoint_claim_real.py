@@ -1,4 +1,6 @@
-"""The endpoint claim against real `serve` processes: a second driver with its own state
+"""The endpoint claim against real `serve` processes: a live socket is never taken over.
+
+The endpoint claim against real `serve` processes: a second driver with its own state
 directory leaves a live socket to the driver that serves on it, and a regular file at the
 endpoint is refused and kept. The claim's rules on their own: tests/unit/test_endpoint_claim.py."""
 

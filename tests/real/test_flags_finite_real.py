@@ -1,4 +1,6 @@
-"""Safety flags must be finite, seen through real driver processes: `ledger force-detach
+"""Safety flags must be finite, seen through real driver processes.
+
+Safety flags must be finite, seen through real driver processes: `ledger force-detach
 --node-grace nan` against a live node that holds a volume is refused and the hold stays, and
 `serve --heartbeat-interval nan` (or inf) exits at once instead of spinning. The parser's and the
 ledger's rules: tests/unit/test_flags_finite.py."""

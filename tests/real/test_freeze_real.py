@@ -1,4 +1,6 @@
-"""A freeze is always thawed, on real devices: a node plugin killed -9 while a snapshot holds a
+"""A freeze is always thawed, on real devices: restarts, lost state, foreign freezes, the watchdog.
+
+A freeze is always thawed, on real devices: a node plugin killed -9 while a snapshot holds a
 volume's filesystem frozen thaws it when it restarts, also on an empty or truncated state
 directory (the freeze record lives in the pool, beside the node's heartbeat, so it survives what
 the state directory does not: kept there, it went with the state and the restarted plugin left

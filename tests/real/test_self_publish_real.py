@@ -1,4 +1,6 @@
-"""--self-publish on a real loop device and ext4: NodeStage takes the node's own hold with no
+"""--self-publish on a real loop device: NodeStage takes the node's own hold, none left after.
+
+--self-publish on a real loop device and ext4: NodeStage takes the node's own hold with no
 attach, NodeUnstage returns it, and nothing stays mounted or attached. On the fake layer:
 tests/unit/test_self_publish.py."""
 

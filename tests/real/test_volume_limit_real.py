@@ -1,4 +1,6 @@
-"""NodeGetInfo's max_volumes_per_node follows the kernel's loop devices: devices another process
+"""NodeGetInfo's volume limit follows the kernel's loop devices, on real devices.
+
+NodeGetInfo's max_volumes_per_node follows the kernel's loop devices: devices another process
 takes (losetup here; another node plugin on a shared kernel in kind) lower it by as many, and
 giving them back raises it again. The kubelet copies it into CSINode's allocatable count."""
 

@@ -1,4 +1,6 @@
-"""The spec's codes, and errors that name the next step: a full disk (ENOSPC, EDQUOT, sqlite's
+"""The spec's codes on the fake layer: a full disk is RESOURCE_EXHAUSTED, not INTERNAL.
+
+The spec's codes, and errors that name the next step: a full disk (ENOSPC, EDQUOT, sqlite's
 "database or disk is full") is RESOURCE_EXHAUSTED, not INTERNAL; other OS errors stay INTERNAL;
 ControllerExpandVolume past what the pool can hold is OUT_OF_RANGE ("Unsupported capacity" in CSI
 spec.md's ControllerExpandVolume errors table). The same on a real pool, the pool's reserve and a

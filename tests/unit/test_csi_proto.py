@@ -1,4 +1,6 @@
-"""Checks that proto/csi.proto and its stubs keep the CSI v1.13.0 wire contract, and the v1.12
+"""proto/csi.proto and its stubs keep the CSI v1.13.0 wire contract.
+
+Checks that proto/csi.proto and its stubs keep the CSI v1.13.0 wire contract, and the v1.12
 VolumeCondition fields and capabilities at their v1.12 numbers (v1.13 reserved them; the COs that
 read them still do)."""
 

@@ -1,4 +1,6 @@
-"""`csi-hostpath doctor`: each check on this machine as it is, and on prepared failures (a PATH
+"""`csi-hostpath doctor`'s checks on this machine as it is and on prepared failures.
+
+`csi-hostpath doctor`: each check on this machine as it is, and on prepared failures (a PATH
 without a tool, a held lock, a loose socket, a kernel without xfs, a process without
 CAP_SYS_RESOURCE)."""
 

@@ -1,4 +1,6 @@
-"""The endpoint path is removed only when it is a stale socket. A regular file,
+"""The endpoint claim's rules: only a stale socket at the endpoint path is removed.
+
+The endpoint path is removed only when it is a stale socket. A regular file,
 a directory, or a socket another driver still serves on is refused with a clear error."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""No two source files of the package share a name, so a name in a search, a traceback or a doc
+"""No two source files share a name, and the tests' layout is one a newcomer can walk.
+
+No two source files of the package share a name, so a name in a search, a traceback or a doc
 leads to one file: core/ledger_rules.py, store/ledger_store.py, not three ledger.py.
 
 The names every package or role has by convention may repeat: __init__.py, _log.py (each package's

@@ -1,7 +1,9 @@
-"""Node loss. A local volume's node that is forgotten by an operator, or silent past
---node-lost-after, is lost: inspect, doctor and csi_hostpath_lost_volumes say so; DeleteVolume of
-a lost volume succeeds (audited) even while the lost node holds it; `node cleanup` prints the
-kubectl steps for the claims pinned to it, and runs them with --kubeconfig.
+"""Node loss: a lost node's volumes are reported, deletable, and its claims cleaned up.
+
+A local volume's node that is forgotten by an operator, or silent past --node-lost-after, is lost:
+inspect, doctor and csi_hostpath_lost_volumes say so; DeleteVolume of a lost volume succeeds
+(audited) even while the lost node holds it; `node cleanup` prints the kubectl steps for the claims
+pinned to it, and runs them with --kubeconfig.
 
 A local-scope controller for node-c (--mode controller: its node plugin is another process that
 has gone away), over a real gRPC server and the fake system layer."""

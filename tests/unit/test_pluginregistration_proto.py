@@ -1,4 +1,6 @@
-"""proto/pluginregistration.proto keeps the kubelet's plugin registration wire contract (the
+"""proto/pluginregistration.proto keeps the kubelet's plugin registration wire contract.
+
+proto/pluginregistration.proto keeps the kubelet's plugin registration wire contract (the
 pluginregistration v1 API of k8s.io/kubelet v0.35.4): the package without a version suffix, the
 two methods, and every field's name, number and type."""
 

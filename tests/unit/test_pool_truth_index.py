@@ -1,4 +1,6 @@
-"""The index half of "the pool is the truth", without a driver: crash windows, quarantine, and
+"""The index half of "the pool is the truth", without a driver.
+
+The index half of "the pool is the truth", without a driver: crash windows, quarantine, and
 fencing tokens that never go backwards when the database is rebuilt."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""The error tables of spec.md for CreateSnapshot, DeleteSnapshot, ListSnapshots and
+"""spec.md's error tables for the snapshot RPCs and ControllerExpandVolume, row by row.
+
+The error tables of spec.md for CreateSnapshot, DeleteSnapshot, ListSnapshots and
 ControllerExpandVolume, one test per row (rows that can't happen in this driver say why). The
 rows hold on both system layers (`layered_driver`: fake in make unit, real marked real); the rows
 that need a pool to run out use `fake_driver`'s 64 MiB pool or a real tmpfs."""

@@ -1,5 +1,7 @@
-"""Snapshots know their node. Two local-scope controllers (node-a, node-b), each with
-its own pool, over real gRPC servers (fake system layer: no root needed)."""
+"""Snapshots know their node: two local-scope controllers over real gRPC servers.
+
+Two local-scope controllers (node-a, node-b), each with its own pool, over real gRPC servers (fake
+system layer: no root needed)."""
 
 from __future__ import annotations
 

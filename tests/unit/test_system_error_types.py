@@ -1,4 +1,6 @@
-"""The system layer's error types: chosen from errno or how a tool ended, and mapped to status
+"""The system layer's error types: chosen from errno, mapped to status codes in one table.
+
+The system layer's error types: chosen from errno or how a tool ended, and mapped to status
 codes in the one table (api/status.py)."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""NodeGetInfo's max_volumes_per_node over a real gRPC server on the fake system layer, whose
+"""NodeGetInfo's volume limit and ControllerPublish past it, over gRPC on the fake layer.
+
+NodeGetInfo's max_volumes_per_node over a real gRPC server on the fake system layer, whose
 kernel a test can fill with other nodes' loop devices; and ControllerPublishVolume past the node's
 limit, which must be exactly RESOURCE_EXHAUSTED: the code the kubelet reads (from the
 VolumeAttachment's error) as the cue to ask NodeGetInfo again and update CSINode at once."""

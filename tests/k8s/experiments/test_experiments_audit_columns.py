@@ -1,4 +1,6 @@
-"""The experiments read `ledger audit` by column position, as a script would: the columns a
+"""The experiments read `ledger audit` by column position: the columns they read stay put.
+
+The experiments read `ledger audit` by column position, as a script would: the columns a
 script reads stay where they were when the volume's name was added to the table."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""`make cluster-e2e` checked offline (no root, no cluster): its table, its arguments, its registry
+"""`make cluster-e2e`'s runner, offline: table, arguments, registry, manifests, waits, exit code.
+
+`make cluster-e2e` checked offline (no root, no cluster): its table, its arguments, its registry
 of experiments, the manifests it applies (valid Kubernetes 1.35, strictly), its waits, and that a
 run which can't reach its cluster prints every experiment as not reached and exits 1."""
 

@@ -1,4 +1,6 @@
-"""tools/cluster/images.sh without root: its names are the ones the manifests use, and `list` and
+"""tools/cluster/images.sh without root: image names, and its `list` and `path` formats.
+
+tools/cluster/images.sh without root: its names are the ones the manifests use, and `list` and
 `path` answer in the format the cluster scripts read. Building and running the images is
 tests/k8s/images/test_images_real.py."""
 

@@ -1,4 +1,6 @@
-"""The images for real: built by tools/cluster/images.sh into the cache (reused when there), then
+"""The cluster's images for real: built, imported into a throwaway containerd, and run there.
+
+The images for real: built by tools/cluster/images.sh into the cache (reused when there), then
 imported into a throwaway containerd of their own and run there, as the cluster's nodes will.
 
 Each test also checks that nothing of the throwaway containerd is left: no directory, mount,

@@ -1,4 +1,6 @@
-"""tools/kind/docker.sh for real: the project's own dockerd, started in a data root and a run
+"""tools/kind/docker.sh for real: the project's own dockerd leaves the host as it found it.
+
+tools/kind/docker.sh for real: the project's own dockerd, started in a data root and a run
 directory of the test's own, runs a privileged container on a network of its own while the
 host's firewall (iptables legacy and nft, the nftables ruleset), ip_forward and network devices
 stay as they were; stopped, it leaves no process, mount, directory or device behind.

@@ -1,4 +1,6 @@
-"""`make kind-e2e`, kind-up and kind-down (tools/kind-e2e.sh, tools/kind/), offline: shellcheck,
+"""`make kind-e2e`, kind-up and kind-down offline: shellcheck, the dry run, the arguments.
+
+`make kind-e2e`, kind-up and kind-down (tools/kind-e2e.sh, tools/kind/), offline: shellcheck,
 the dry run's steps, the arguments, and the pieces that need no Docker (the capability wrapper
 with a stand-in runc, the node image's table of kubeadm's images with a stand-in kubeadm). The
 real run is `make kind-e2e` itself (docs/kind.md has its figures)."""

@@ -1,4 +1,6 @@
-"""The summary of a run counts only the External Storage specs the run chose, and names why each
+"""The storage e2e run's summary: only the specs the run chose, each skip with its reason.
+
+The summary of a run counts only the External Storage specs the run chose, and names why each
 skipped one was skipped. The report here has the shape of Ginkgo v2's --json-report."""
 
 from __future__ import annotations
