@@ -1,8 +1,5 @@
 """Chaos: kill -9 at a random point of volume lifecycles, a restart, then the invariants.
 
-Chaos: volume lifecycles with a kill -9 at a random point of each, sometimes with the state
-directory lost too, then a restart, then the invariants.
-
 Two kinds of lifecycle, chosen at random:
 - **move** (the split cluster: a `--mode controller` plugin and node plugins on node-a and
   node-b sharing one pool): provision a volume (ext4, now and then a block volume), attach it

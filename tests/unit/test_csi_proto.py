@@ -1,8 +1,6 @@
 """proto/csi.proto and its stubs keep the CSI v1.13.0 wire contract.
 
-Checks that proto/csi.proto and its stubs keep the CSI v1.13.0 wire contract, and the v1.12
-VolumeCondition fields and capabilities at their v1.12 numbers (v1.13 reserved them; the COs that
-read them still do)."""
+The v1.12 VolumeCondition fields and capabilities keep their numbers: v1.13 reserved them."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """Spec rules for every RPC over gRPC, on both system layers (layered_driver).
 
-Spec rules for every RPC, each test naming the rule of CSI v1.12.0 spec.md it checks:
-required fields, idempotent repeats, and NOT_FOUND for unknown volumes. Every rule holds on both
-system layers: `layered_driver` runs each test on the fake one (make unit) and on the real one
-(root)."""
+Each names the rule of CSI v1.12.0 spec.md it checks: required fields, idempotent repeats and
+NOT_FOUND for unknown volumes; each runs on the fake layer (make unit) and the real one (root)."""
 
 from __future__ import annotations
 
