@@ -14,13 +14,13 @@ cluster-down:  ## end every process, mount, loop device and network device the c
 
 .PHONY: cluster-test
 cluster-test: install  ## the real cluster's own tests: up, two Ready nodes, isolation, down leaves nothing, a second cluster beside the first (root)
-	CLUSTER_TESTS=1 $(PY) -m pytest -q -m real tests/cluster $(PYTEST_ARGS)
+	CLUSTER_TESTS=1 $(PY) -m pytest -q -m real tests/k8s/cluster $(PYTEST_ARGS)
 
-# Arguments for the experiments' runner (python -m tests.cluster.e2e --help): --only LETTERS,
+# Arguments for the experiments' runner (python -m tests.k8s.experiments --help): --only LETTERS,
 # --skip LETTERS, --keep (leave the cluster up), --no-build; against another cluster (kind):
 # CLUSTER_E2E_ARGS='--kubeconfig FILE --kind' (no build, no up, no down).
 CLUSTER_E2E_ARGS ?=
 
 .PHONY: cluster-e2e
 cluster-e2e: install  ## build what is missing, cluster up, snapshot support + helm install, experiments a-l, table, cluster down (root)
-	CLUSTER_NAME=$(CLUSTER_NAME) $(PY) -m tests.cluster.e2e $(CLUSTER_E2E_ARGS)
+	CLUSTER_NAME=$(CLUSTER_NAME) $(PY) -m tests.k8s.experiments $(CLUSTER_E2E_ARGS)

@@ -48,8 +48,12 @@ image:  ## build the driver image, tagged with the project version (needs docker
 chart-lint: install  ## helm lint --strict the chart, offline, and validate its objects
 	$(PY) -m tests.chart.chart_tool lint
 
+# With the chart's own tests, the offline checks of the kind setup, of the kind walk-through and
+# of how the project's clusters install the chart, which read it too.
+CHART_TESTS := tests/chart tests/k8s/kind/test_kind_e2e.py tests/k8s/kind/test_kind_setup.py \
+	tests/k8s/kind/test_kind_walkthrough.py tests/k8s/test_project_clusters.py
 chart-test: install  ## render the chart under many value sets and check it (offline)
-	$(PY) -m pytest -q tests/chart
+	$(PY) -m pytest -q $(CHART_TESTS)
 
 chart-render: install  ## print the chart's manifests with default values (like helm template)
 	$(PY) -m tests.chart.chart_tool render

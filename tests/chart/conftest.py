@@ -67,7 +67,7 @@ CASES = (
         (SNAPSHOT_API,),
     ),
     # The registrar and the liveness probe from the driver's image, not kubernetes-csi's: what
-    # the project's own clusters select (tests/chart/test_project_clusters.py).
+    # the project's own clusters select (tests/k8s/test_project_clusters.py).
     Case(
         "project-helpers",
         {

@@ -1,5 +1,4 @@
-"""charts/csi-hostpath, rendered by Helm's engine under several value sets and checked against the
-Kubernetes 1.35 schemas and against what the driver and the kubelet need to meet."""
+"""charts/csi-hostpath rendered under many value sets, checked against 1.35 and the kubelet."""
 
 from __future__ import annotations
 

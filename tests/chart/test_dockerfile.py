@@ -1,7 +1,7 @@
 """The Dockerfile: hadolint finds nothing, and the image is built the way the chart expects.
 
 These checks read the file offline. The image itself is built from it by buildah on a Debian base
-made here (tools/cluster/images.sh), and tests/cluster/test_images_real.py runs that image.
+made here (tools/cluster/images.sh), and tests/k8s/images/test_images_real.py runs that image.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""The chart's items that are the driver's behaviour in the chart's shape, checked against the
+"""The driver's own behaviour as the rendered chart shapes it, offline.
+
+The chart's items that are the driver's behaviour in the chart's shape, checked against the
 rendered chart (offline; the real-device tests are named in each docstring):
 
 - Probe answers ready=false while the driver starts, and copies never take every RPC worker;
@@ -51,7 +53,7 @@ def test_probe_is_ready_false_until_the_driver_has_started(
 def test_copies_never_take_every_rpc_worker_under_the_charts_flags(rendered: Rendered) -> None:
     """api/copy_pool.py: copies run on their own pool, and the RPC workers that wait for them are
     bounded, so ControllerPublish and the other calls always find a worker
-    (tests/real/test_copy_pool.py: six held copies on a 4-worker server)."""
+    (tests/real/test_copy_pool_real.py: six held copies on a 4-worker server)."""
     for spec in (controller_pod(rendered), node_pod(rendered)):
         workers = driver_config(spec).workers
         copies = CopyPool(workers)

@@ -1,4 +1,6 @@
-"""Group snapshots and VolumeAttributesClasses in the chart: each rendered only where the
+"""Group snapshots and VolumeAttributesClasses in the chart, only where the cluster serves them.
+
+Group snapshots and VolumeAttributesClasses in the chart: each rendered only where the
 cluster serves its API, with the sidecar flag and RBAC of the pinned external-snapshotter v8.6.0
 (cmd/csi-snapshotter/main.go, deploy/kubernetes/csi-snapshotter/rbac-csi-snapshotter.yaml)."""
 

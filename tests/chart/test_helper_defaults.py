@@ -1,4 +1,6 @@
-"""What the chart's defaults give a user for the registrar and the liveness probe: kubernetes-csi's
+"""The chart's default registrar and liveness probe: kubernetes-csi's images, upstream's flags.
+
+What the chart's defaults give a user for the registrar and the liveness probe: kubernetes-csi's
 images, which any cluster can pull, with upstream's flags only. The driver image's own
 subcommands stay one value away (implementation: csi-hostpath), for clusters that can't pull
 those images, and differ from them in nothing but the image and the leading subcommand."""

@@ -1,4 +1,6 @@
-"""The registrar and the liveness probe in the chart: by default kubernetes-csi's images, with
+"""The registrar's and the liveness probe's flags in the chart, on either implementation.
+
+The registrar and the liveness probe in the chart: by default kubernetes-csi's images, with
 implementation: csi-hostpath the driver image's own `csi-hostpath registrar` and
 `csi-hostpath livenessprobe`. Every flag the chart writes must be one the pinned upstream release
 defines and must parse with the driver's own command line, so that switching the implementation

@@ -1,4 +1,6 @@
-"""The many-machines shape, pool.scope local: each node's DaemonSet pod is the controller
+"""The chart's local shape: each node's pod controls its own pool; no central controller.
+
+The many-machines shape, pool.scope local: each node's DaemonSet pod is the controller
 of its own pool beside a node-local external-provisioner; no central controller, no attach.
 
 Upstream: external-provisioner v6.3.0 README ("Deployment on each node", "Capacity support"),
@@ -54,7 +56,8 @@ def test_driver_flags_are_the_clis_own(values: Obj) -> None:
 def test_node_pod_is_the_controller_of_its_pool(local: Rendered) -> None:
     driver = container(node_pod(local), "csi-hostpath")
     assert flag(driver, "mode") == "all"
-    # No attach in this shape: NodeStage takes the node's own hold (tests/test_self_publish.py).
+    # No attach in this shape: NodeStage takes the node's own hold
+    # (tests/unit/test_self_publish.py).
     assert "--self-publish" in driver["args"]
     assert flag(driver, "pool-scope") == "local"
     assert flag(driver, "state-dir") == local.values["node"]["stateHostPath"]

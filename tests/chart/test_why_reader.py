@@ -1,4 +1,6 @@
-"""What the chart gives `kubectl csi-hostpath why`: the driver's read-only ledger view (the flag,
+"""What the chart gives `kubectl csi-hostpath why`: the ledger view and exactly its RBAC.
+
+What the chart gives `kubectl csi-hostpath why`: the driver's read-only ledger view (the flag,
 the Service, the CSIDriver's annotation the plugin follows), and RBAC that grants exactly the
 plugin's reads. "Exactly" is checked against the plugin itself: it runs on each case of
 tests/unit/why_cases.py against a small API server, and every request it makes, turned into the

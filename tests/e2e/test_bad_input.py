@@ -1,5 +1,4 @@
-"""Hostile input, over gRPC, to one long-lived real driver (`--mode all`, local scope, its own
-work directory and its own mount namespace).
+"""Hostile requests and raw bytes over gRPC to one long-lived `--mode all` driver, real or fake.
 
 Every request message of the Identity, Controller and Node services is generated from its
 protobuf descriptor: random and hostile strings ("..", "/", NUL, 129-byte IDs, 5 KiB maps),

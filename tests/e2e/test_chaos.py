@@ -1,5 +1,4 @@
-"""Chaos: volume lifecycles with a kill -9 at a random point of each, sometimes with the state
-directory lost too, then a restart, then the invariants.
+"""Chaos: kill -9 at a random point of volume lifecycles, a restart, then the invariants.
 
 Two kinds of lifecycle, chosen at random:
 - **move** (the split cluster: a `--mode controller` plugin and node plugins on node-a and

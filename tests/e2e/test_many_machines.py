@@ -2,11 +2,11 @@
 
 Three node plugins, each the local-scope controller of its own pool (`--mode all --pool-scope
 local`), each pool a tmpfs of 8 GiB of its own. Beside them run the models of
-tests/e2e/k8s_sched/: a distributed external-provisioner per node (controller.go checkNode and
-Provision, topology.go GenerateAccessibilityRequirements with strict topology, capacity.go's
-GetCapacity per node) and the kube-scheduler's VolumeBinding capacity filter (binder.go
-hasEnoughCapacity). The drivers are real processes on real gRPC sockets; the Kubernetes side is
-the model.
+tests/e2e/k8s_models/placement/: a distributed external-provisioner per node (controller.go
+checkNode and Provision, topology.go GenerateAccessibilityRequirements with strict topology,
+capacity.go's GetCapacity per node) and the kube-scheduler's VolumeBinding capacity filter
+(binder.go hasEnoughCapacity). The drivers are real processes on real gRPC sockets; the Kubernetes
+side is the model.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from csi_hostpath.core.naming import snapshot_home
 from tests import helpers as h
 from tests.conftest import Client, DriverProcess
 from tests.e2e.harness import unique_node_id
-from tests.e2e.k8s.objects import Api, Claim, Node
-from tests.e2e.k8s_sched.cluster import ManyMachines
-from tests.e2e.k8s_sched.provisioner import CLASS, TOPOLOGY_KEY, NodeProvisioner
-from tests.e2e.k8s_sched.scheduler import ERR_REASON_NOT_ENOUGH_SPACE
+from tests.e2e.k8s_models.objects import Api, Claim, Node
+from tests.e2e.k8s_models.placement.cluster import ManyMachines
+from tests.e2e.k8s_models.placement.provisioner import CLASS, TOPOLOGY_KEY, NodeProvisioner
+from tests.e2e.k8s_models.placement.scheduler import ERR_REASON_NOT_ENOUGH_SPACE
 from tests.kernel import is_root
 from tests.processes import free_port, metric, wait_for
 

@@ -1,4 +1,6 @@
-"""A node reboot: every mount and loop device on the node vanishes behind the driver's back and
+"""A node reboot: every mount and loop device gone, and every volume brought back healthy.
+
+A node reboot: every mount and loop device on the node vanishes behind the driver's back and
 the node plugin starts again. The kubelet's retries (and the plugin's own reconcile) bring every
 volume back, and NodeGetVolumeStats reports each one healthy."""
 

@@ -1,4 +1,6 @@
-"""The first Kubernetes scenarios the driver was built against, each played by the provisioner,
+"""The first Kubernetes scenarios, played by the harness's roles over real driver processes.
+
+The first Kubernetes scenarios the driver was built against, each played by the provisioner,
 the attacher and the kubelets against one controller and real node plugins in their own mount
 namespaces."""
 

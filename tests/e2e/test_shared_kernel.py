@@ -1,4 +1,6 @@
-"""Two nodes on one kernel, as kind's nodes are: every node plugin sees the other's loop devices
+"""Two nodes on one kernel: no node plugin adopts, detaches, counts or reports the other's devices.
+
+Two nodes on one kernel, as kind's nodes are: every node plugin sees the other's loop devices
 in /sys/block (and, once it has scanned them, has their nodes in its /dev), and must never
 adopt, detach, count or report them, its restart's reconcile included; each node's capacity and
 volumes are its own pool's.

@@ -1,4 +1,6 @@
-"""Snapshots, clones, expansion, topology, health and inline ephemeral volumes, on real loop
+"""Snapshots, clones, expansion, topology, health and inline volumes on real loop devices.
+
+Snapshots, clones, expansion, topology, health and inline ephemeral volumes, on real loop
 devices through a real gRPC server."""
 
 from __future__ import annotations

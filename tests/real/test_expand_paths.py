@@ -1,4 +1,6 @@
-"""Expansion on the real driver along the paths where NodeExpandVolume could see an old size: a
+"""Expansion on real devices along the paths where the node could see an old size.
+
+Expansion on the real driver along the paths where NodeExpandVolume could see an old size: a
 volume restored or cloned into a larger claim and then expanded, and a pool file smaller than
 its record (a pool restored from an older copy) that ControllerExpandVolume must grow rather
 than call done. A node asked for more than its device holds, and a node step during a
@@ -20,7 +22,7 @@ from tests import helpers as h
 from tests.conftest import Client
 from tests.helpers import Mounted
 from tests.real.test_data_features import _from_source, _snapshot
-from tests.real.test_freeze import _staged, always_thawed, held_driver, snapshot
+from tests.real.test_freeze_real import _staged, always_thawed, held_driver, snapshot
 
 C = grpc.StatusCode
 MiB = h.MiB

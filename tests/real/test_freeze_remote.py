@@ -1,4 +1,6 @@
-"""Snapshot consistency in the chart's own shape, on real devices: a controller-only process and a
+"""The controller asks the node to freeze a volume around its copy, on real devices.
+
+Snapshot consistency in the chart's own shape, on real devices: a controller-only process and a
 node-only process (in its own mount namespace) share a pool; the controller asks the node, through
 the pool, to freeze the volume around its copy (service/controller/remote_freeze.py,
 service/node/freeze_server.py).

@@ -1,4 +1,6 @@
-"""CSI v1.13's health RPCs (the node's two, and the controller's two where it sees the volume)
+"""CSI v1.13's health RPCs on real devices: each condition caused, seen and seen to clear.
+
+CSI v1.13's health RPCs (the node's two, and the controller's two where it sees the volume)
 on real loop devices, ext4 and a tmpfs pool: each condition is caused for real, seen with its
 kind and reason, and seen to clear.
 

@@ -1,4 +1,6 @@
-"""CSI v1.13's volume health INACCESSIBLE for what a staged volume loses on the node, each caused
+"""Volume health INACCESSIBLE for what a staged volume loses on the node, on real devices.
+
+CSI v1.13's volume health INACCESSIBLE for what a staged volume loses on the node, each caused
 for real on loop devices through a real gRPC server, seen with its reason, and seen to clear:
 
 - LoopDeviceGone: a staged block volume's loop device detached from outside (`losetup -d`);

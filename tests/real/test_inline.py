@@ -1,4 +1,6 @@
-"""Inline ephemeral volumes on real loop devices: opt-in, capped by --max-inline-size, and kept
+"""Inline ephemeral volumes on real loop devices: opt-in, capped, and kept in the pool.
+
+Inline ephemeral volumes on real loop devices: opt-in, capped by --max-inline-size, and kept
 in the pool, never beside state.db.
 
 Any pod author can ask for an inline volume. Before this, each one was a file in the state

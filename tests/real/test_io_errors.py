@@ -1,4 +1,6 @@
-"""A volume whose writes failed because the thin pool ran out is abnormal in
+"""A volume whose writes failed on a full thin pool stays abnormal in both health RPCs.
+
+A volume whose writes failed because the thin pool ran out is abnormal in
 both health RPCs, and stays so after the pool has room again (its data may be lost: the
 filesystem's writes failed under it).
 

@@ -1,4 +1,6 @@
-"""The tests' own cleanup (tests/kernel.py) leaves nothing on the shared kernel, even a
+"""The tests' own kernel cleanup leaves nothing behind, a frozen filesystem included.
+
+The tests' own cleanup (tests/kernel.py) leaves nothing on the shared kernel, even a
 filesystem a killed test left frozen."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""The ledger and Kubernetes tell one story, on real processes: one controller and two node
+"""The ledger and Kubernetes tell one story, on a real controller and two node plugins.
+
+The ledger and Kubernetes tell one story, on real processes: one controller and two node
 plugins, each node in its own mount namespace, sharing one pool.
 
 - external-attacher's ReconcileVA (pkg/controller/csi_handler.go) re-requests a VolumeAttachment

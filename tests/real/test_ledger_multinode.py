@@ -1,4 +1,6 @@
-"""Multi-attach refused until an operator force-detaches, for real: one controller and two node
+"""Multi-attach is refused until an operator force-detaches, on real processes.
+
+Multi-attach refused until an operator force-detaches, for real: one controller and two node
 plugins, each node in its own mount namespace, sharing one pool. node-a holds a volume and
 freezes; the attach to node-b waits until an operator force-detaches; node-a fences itself when
 it thaws."""

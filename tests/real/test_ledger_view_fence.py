@@ -1,4 +1,6 @@
-"""The ledger view (--ledger-view) on real processes, through a hold, its force-detach and the
+"""The ledger view on real processes, through a hold, its force-detach and the fence.
+
+The ledger view (--ledger-view) on real processes, through a hold, its force-detach and the
 fence: one controller serving the view on its metrics address, a node plugin in its own mount
 namespace. What `kubectl csi-hostpath why` reads of a fenced node is in the view: the holder and
 its staging while it holds, then the force-detach and the node's `fenced` row, and no staging."""

@@ -1,4 +1,6 @@
-"""Loop devices after a node-plugin restart inside a container (a kind node's plugin pod), on real
+"""Loop devices after a node-plugin restart inside a container, on real devices.
+
+Loop devices after a node-plugin restart inside a container (a kind node's plugin pod), on real
 devices.
 
 The kernel reports a loop device's backing file (/sys/block/loopN/loop/backing_file) as the path

@@ -1,4 +1,6 @@
-"""Loop devices where /dev is a static copy: a kind node is a privileged container whose /dev is a
+"""Loop devices where /dev is a static copy, as on a kind node: the driver makes the nodes.
+
+Loop devices where /dev is a static copy: a kind node is a privileged container whose /dev is a
 tmpfs of the host's device nodes as they were when it started, and no udev runs in it. A loop
 device the kernel adds later (LOOP_CTL_GET_FREE adds one whenever none is free) gets no
 /dev/loopN there, and one that existed but had no node copied has none either. The driver makes

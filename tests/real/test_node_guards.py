@@ -1,4 +1,6 @@
-"""Node guards on real loop devices: mount flags that change the mount source, foreign mounts at
+"""Node guards on real loop devices: mount flags, foreign mounts, repeats, the lease.
+
+Node guards on real loop devices: mount flags that change the mount source, foreign mounts at
 the staging path, a repeated NodeStage that asks for something else, the lease and the grant's
 access type. CO paths that are symlinks or name the driver's own directories:
 tests/real/test_path_guards.py."""

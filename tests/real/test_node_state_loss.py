@@ -1,4 +1,6 @@
-"""A node plugin on lost state, on real devices: a node plugin that starts
+"""A node plugin on lost state never tears down a running pod's mounts, and always serves.
+
+A node plugin on lost state, on real devices: a node plugin that starts
 without its records, or with a leftover it can't take down, never tears down a running pod's
 mounts, and always starts and serves."""
 

@@ -1,4 +1,6 @@
-"""Operator truth on real loop devices: `inspect` at every phase (including a holder that went
+"""Operator truth on real devices: inspect, the stale-holder gauge, gRPC health, demo.
+
+Operator truth on real loop devices: `inspect` at every phase (including a holder that went
 silent), the Prometheus stale-holder gauge, the gRPC health service, and `demo`."""
 
 from __future__ import annotations

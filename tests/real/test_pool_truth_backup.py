@@ -1,4 +1,6 @@
-"""The pool is the truth when the state directory comes back from an old backup, on real devices
+"""The pool is the truth when the state directory comes back from an old backup.
+
+The pool is the truth when the state directory comes back from an old backup, on real devices
 and a real driver: a controller whose state directory is restored from a backup taken before a
 volume was made (and published) keeps that volume's file, lists it again, reads its data back,
 and never hands out its fencing token a second time. The other variants (empty, truncated,

@@ -1,4 +1,6 @@
-"""The README's "Local volumes" session, run as written against a real `make run`: every command
+"""The README's "Local volumes" session, run as written against a real `make run`.
+
+The README's "Local volumes" session, run as written against a real `make run`: every command
 in one shell, each output compared with the README's after masking what changes from run to run
 (tests/readme_session.py). When the output changes, the README changes with it."""
 

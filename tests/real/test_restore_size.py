@@ -1,4 +1,6 @@
-"""A snapshot restores into a claim of the size its source claim asked for, though the driver
+"""A snapshot restores into a claim of the size its source claim asked for.
+
+A snapshot restores into a claim of the size its source claim asked for, though the driver
 rounded that volume up (to a MiB, or to what mkfs accepts): the snapshot reports the request as its
 size_bytes, which Kubernetes shows as restoreSize and external-provisioner compares each restore's
 claim with. Real loop devices, real mkfs, a real gRPC server."""

@@ -1,4 +1,6 @@
-"""`make run`, `make clean` and `make clean-volumes` with a real driver, a real mount and real loop
+"""`make run`, `make clean` and `make clean-volumes` with a real driver and real devices.
+
+`make run`, `make clean` and `make clean-volumes` with a real driver, a real mount and real loop
 devices: clean leaves every volume alone, clean-volumes removes them only once nothing is
 mounted, and the driver's stop says what is still mounted."""
 

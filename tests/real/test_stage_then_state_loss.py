@@ -1,4 +1,6 @@
-"""Found by `make chaos` (CHAOS_SEED=11, lifecycle 129, on 4c0689b..e1b67b9): a node plugin
+"""A node plugin killed just after NodeStage and restarted on empty state still publishes.
+
+Found by `make chaos` (CHAOS_SEED=11, lifecycle 129, on 4c0689b..e1b67b9): a node plugin
 killed -9 0.6 ms after it acknowledged NodeStage and restarted on an empty state directory. The
 volume stayed mounted at the staging path (nothing is torn down for lack of a record), but the
 node's heartbeat in the pool did not list it yet (NodeStage only asked the background thread

@@ -1,4 +1,6 @@
-"""`csi-hostpath volume` against a real `csi-hostpath serve` process on real loop devices: a
+"""`csi-hostpath volume` against a real driver: a volume's whole life and bad inputs.
+
+`csi-hostpath volume` against a real `csi-hostpath serve` process on real loop devices: a
 volume's whole life, and the bad inputs a person or a script will give it. Every command runs as
 a subprocess, as a person would run it, so a traceback anywhere would show."""
 

@@ -1,4 +1,6 @@
-"""`csi-hostpath volume` and the operator commands where a person's input is not what the
+"""`csi-hostpath volume` and the operator commands on input that isn't what they expect.
+
+`csi-hostpath volume` and the operator commands where a person's input is not what the
 command expects, against a real driver: a shrink, a blank read-only volume, sizes that change on
 the way, a clone smaller than its source, a user's own mount directory, a volume mounted twice,
 and a driver found from another directory or through a bare socket path."""

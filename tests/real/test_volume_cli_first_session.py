@@ -1,4 +1,6 @@
-"""What a person new to the driver meets in the README's local session, against a real driver:
+"""What a person new to the driver meets in the README's local session, on a real driver.
+
+What a person new to the driver meets in the README's local session, against a real driver:
 a busy report that outlives its cause, sizes written the way people write them, an unmount given
 the volume's name, and a mount over a directory that holds files."""
 

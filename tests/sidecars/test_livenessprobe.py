@@ -1,4 +1,6 @@
-"""`csi-hostpath livenessprobe`: /healthz is the CSI Probe of a real `csi-hostpath serve` (200
+"""`csi-hostpath livenessprobe`: /healthz follows the CSI Probe of a real driver.
+
+`csi-hostpath livenessprobe`: /healthz is the CSI Probe of a real `csi-hostpath serve` (200
 while it answers, 500 with the reason once it is stopped, 200 again after its restart), and of
 small Identity servers on real gRPC sockets that answer not ready, or too late."""
 

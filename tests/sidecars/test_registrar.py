@@ -1,4 +1,6 @@
-"""`csi-hostpath registrar` against a real `csi-hostpath serve`, with a fake kubelet: a gRPC
+"""`csi-hostpath registrar` registers a real driver with a fake kubelet's plugin watcher.
+
+`csi-hostpath registrar` against a real `csi-hostpath serve`, with a fake kubelet: a gRPC
 client that does what the kubelet's plugin watcher does (k8s.io/kubernetes v1.35.4,
 pkg/kubelet/pluginmanager/operationexecutor/operation_generator.go): it sees the socket appear
 in plugins_registry, calls GetInfo, dials the endpoint it was given for NodeGetInfo, and reports

@@ -1,4 +1,6 @@
-"""Loop.census on both system layers: this test's own devices count as bound and as ours, and
+"""Loop.census on both system layers: which devices are bound and which are ours.
+
+Loop.census on both system layers: this test's own devices count as bound and as ours, and
 a device counts as bound until it is detached. The real kernel is shared with other tests, so
 the real half counts its own devices exactly and the others' only within bounds."""
 

@@ -1,4 +1,6 @@
-"""Loop devices under concurrency, on the real kernel: one thread's detach must never break
+"""Loop devices under concurrency on the real kernel: no detach breaks another's attach.
+
+Loop devices under concurrency, on the real kernel: one thread's detach must never break
 another thread's attach, find or list (a device in rundown refuses opens with ENXIO), and a
 detach in another process on the same kernel must never take this process's volume away."""
 

@@ -1,4 +1,6 @@
-"""Loop.watch on the fake and the real kernel: a detach of a loop device is reported, with the
+"""Loop.watch on the fake and the real kernel: a detached loop device is reported.
+
+Loop.watch on the fake and the real kernel: a detach of a loop device is reported, with the
 device's path, from a background thread (the real one hears the kernel's uevent via pyudev)."""
 
 from __future__ import annotations

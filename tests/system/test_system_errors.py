@@ -1,4 +1,6 @@
-"""Typed system errors, on the fake and the real kernel alike: the type says what went wrong
+"""Typed system errors on both kernels: the type comes from the errno, not a tool's words.
+
+Typed system errors, on the fake and the real kernel alike: the type says what went wrong
 (busy, not found, not permitted) from the kernel's errno, never from a tool's words."""
 
 from __future__ import annotations

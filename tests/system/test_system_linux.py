@@ -1,4 +1,6 @@
-"""Behaviour of the real implementation that the fake has no counterpart for: the loop ioctl
+"""What only the real system layer does: loop ioctl fallbacks, races, reading mounts.
+
+Behaviour of the real implementation that the fake has no counterpart for: the loop ioctl
 fallbacks, races with other processes, and reading mounts (the parser alone, on text, is
 tests/unit/test_mountinfo_parse.py)."""
 

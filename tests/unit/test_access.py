@@ -1,4 +1,6 @@
-"""csi_hostpath/core/access.py, rule by rule: which capabilities the driver serves, which mount
+"""core/access.py rule by rule: capabilities, mount flags, filesystems, sizes.
+
+csi_hostpath/core/access.py, rule by rule: which capabilities the driver serves, which mount
 flags it refuses, how a volume's filesystem is chosen and how a capacity range becomes a size.
 
 Each table row is one case of a rule, with the reason in its id, so this file reads as the

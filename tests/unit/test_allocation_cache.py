@@ -1,4 +1,6 @@
-"""The capacity rule's cache of thin files' allocations (service/controller/allocations.py),
+"""The capacity rule's cache of thin files' allocations never counts more room than there is.
+
+The capacity rule's cache of thin files' allocations (service/controller/allocations.py),
 against a model pool: whatever files are written, trimmed, created and deleted, the room it
 counts is never more than the pool's real room, except by what a file no entry accounts for took
 meanwhile (which takes from any promise, cached or not); measured again, it is the real room."""

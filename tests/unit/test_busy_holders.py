@@ -1,6 +1,8 @@
-"""A busy unpublish names who holds the target (pid and command) in the error, in the
+"""A busy unpublish names the process that holds the target, on the fake kernel.
+
+A busy unpublish names who holds the target (pid and command) in the error, in the
 log and in `inspect`, on the fake kernel (no root). The real-device twin is
-tests/real/test_busy_holders.py."""
+tests/real/test_busy_holders_real.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""What the thin-capacity rule costs: a CreateVolume's promise and a GetCapacity do the same
+"""What the thin-capacity rule costs, and that the store's running size total stays exact.
+
+What the thin-capacity rule costs: a CreateVolume's promise and a GetCapacity do the same
 sqlite work and the same stats with 2,000 volumes in the catalog as with 10; and the store's
 running total of the volumes' sizes is the sum of the rows through every change, a reopen, a
 crash in the middle of a transaction, and a hand edit that bypassed it."""

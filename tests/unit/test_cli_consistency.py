@@ -1,4 +1,6 @@
-"""The operator commands and `csi-hostpath volume` agree: one exit code for "no driver found",
+"""The operator commands and `csi-hostpath volume` agree on exit codes and on finding the driver.
+
+The operator commands and `csi-hostpath volume` agree: one exit code for "no driver found",
 and `demo` finds `make run`'s driver as the volume command does."""
 
 from __future__ import annotations

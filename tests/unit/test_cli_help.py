@@ -1,4 +1,6 @@
-"""What each command's --help says about where it looks (the defaults it states are the ones it
+"""Each command's --help states the defaults it uses.
+
+What each command's --help says about where it looks (the defaults it states are the ones it
 uses), that every option with a default states it, and the doctor's advice to a `make run`
 user."""
 

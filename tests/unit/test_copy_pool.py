@@ -1,4 +1,6 @@
-"""api/copy_pool.py without a server: one job per key, ABORTED (Busy) instead of a long wait, the
+"""api/copy_pool.py without a server: one job per key, ABORTED instead of a long wait.
+
+api/copy_pool.py without a server: one job per key, ABORTED (Busy) instead of a long wait, the
 retry collects the same job's result, an identical call while one waits is ABORTED at once, errors
 reach the caller, finished jobs are forgotten."""
 

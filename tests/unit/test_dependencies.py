@@ -1,4 +1,6 @@
-"""Every runtime dependency declared in pyproject.toml is imported by the package (a
+"""Every runtime dependency in pyproject.toml is imported by the package.
+
+Every runtime dependency declared in pyproject.toml is imported by the package (a
 dependency nothing uses leaves pyproject.toml and the Dockerfile)."""
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
-"""A loop device detached behind the driver's back shows as abnormal at once (the
+"""A loop device detached behind the driver's back shows abnormal at once, on the fake kernel.
+
+A loop device detached behind the driver's back shows as abnormal at once (the
 kernel's uevent, Loop.watch), in the log, the heartbeat and inspect's health row; the driver's own
 detach at unstage does not. On the fake kernel (no root); the real twin is
-tests/real/test_device_watch.py."""
+tests/real/test_device_watch_real.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Facts the user-facing documents state that live elsewhere: each is checked against its source,
+"""Facts the user-facing documents state, each checked against its source.
+
+Facts the user-facing documents state that live elsewhere: each is checked against its source,
 so a change there shows here. (The README's console session has its own test, run on a real
 driver: tests/real/test_readme_session.py.)"""
 

@@ -1,4 +1,6 @@
-"""The fake system layer's pool keeps a capacity, so the service tests can fill it: thin files
+"""The fake system layer's pool keeps a capacity that tests can fill.
+
+The fake system layer's pool keeps a capacity, so the service tests can fill it: thin files
 fit while empty, what is written counts, and growing or copying past it is NoSpace."""
 
 from __future__ import annotations

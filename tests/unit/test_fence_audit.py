@@ -1,4 +1,6 @@
-"""In --mode all the node and the controller share one database: a fence the node records itself
+"""In --mode all, a fence is one audit row and counts once, however it is reported.
+
+In --mode all the node and the controller share one database: a fence the node records itself
 and then reports through the pool's events directory must still be one audit row, and the fence
 counter must read 1. Importing an event twice (a crash between the insert and the unlink) must
 not add a second row either."""

@@ -1,4 +1,6 @@
-"""Safety flags must be finite numbers. `nan` compares false with everything, so
+"""Safety flags must be finite numbers: the parser's and the ledger's rules.
+
+Safety flags must be finite numbers. `nan` compares false with everything, so
 `age < nan` said "the node is gone" for a live node, and `--heartbeat-interval nan` spun a loop."""
 
 from __future__ import annotations

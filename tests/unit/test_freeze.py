@@ -1,10 +1,12 @@
-"""Freezes on the fake kernel (no root). The node's bookkeeping (service/node/freeze.py): a
+"""Freezes on the fake kernel: the node's bookkeeping and the controller/node freeze protocol.
+
+Freezes on the fake kernel (no root). The node's bookkeeping (service/node/freeze.py): a
 recorded freeze is thawed on start, EBUSY is "already frozen", the watchdog thaws and aborts.
 The controller/node freeze protocol through the pool (service/controller/remote_freeze.py and
 service/node/freeze_server.py): frozen for the copy and thawed after; a node restart mid-copy and
 a controller that stops renewing both thaw, and the copy is refused; a silent holder refuses the
-snapshot instead of passing off a crash-consistent copy. On real devices: tests/real/test_freeze.py
-and tests/real/test_freeze_remote.py."""
+snapshot instead of passing off a crash-consistent copy. On real devices:
+tests/real/test_freeze_real.py and tests/real/test_freeze_remote.py."""
 
 from __future__ import annotations
 

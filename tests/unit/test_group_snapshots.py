@@ -1,4 +1,6 @@
-"""Group snapshot bookkeeping (service/controller/group_snapshots.py) on in-memory snapshots:
+"""Group snapshot bookkeeping on in-memory snapshots: retries, mismatches, clean-up, freezes.
+
+Group snapshot bookkeeping (service/controller/group_snapshots.py) on in-memory snapshots:
 retries, mismatches, clean-up after a failed member, and that every member is frozen before any
 is cut."""
 

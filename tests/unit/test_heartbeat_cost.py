@@ -1,4 +1,6 @@
-"""A node call's heartbeat work must not grow with what the node holds. NodeStage,
+"""A node call's heartbeat work does not grow with what the node holds.
+
+A node call's heartbeat work must not grow with what the node holds. NodeStage,
 NodePublish, NodeUnpublish and NodeUnstage each write the one volume's heartbeat entry (and the
 node's small record), never the other volumes'; ControllerPublish learns that the node exists
 from its small record, without reading what it has staged. What the node reports stays what it

@@ -1,4 +1,6 @@
-"""On the fake kernel (no root): a volume whose filesystem counted failed writes
+"""A volume whose filesystem counted failed writes is abnormal, on the fake kernel.
+
+On the fake kernel (no root): a volume whose filesystem counted failed writes
 is abnormal in NodeGetVolumeStats at once, and in ControllerGetVolume and ListVolumes after the
 node's next fence pass reports it in its heartbeat; a volume without errors stays normal."""
 

@@ -1,4 +1,6 @@
-"""The package's layers, read from its source with ast: cli -> daemon -> api -> service ->
+"""The package's layers, read from its source with ast: imports point downwards only.
+
+The package's layers, read from its source with ast: cli -> daemon -> api -> service ->
 (core, store, system), and client/ beside them.
 
 - core/ imports only core/ and the standard library's pure modules: no I/O (files, processes,

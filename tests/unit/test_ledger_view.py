@@ -1,4 +1,6 @@
-"""The ledger's read-only view of one volume, served beside the metrics (--ledger-view) for
+"""The ledger's read-only view of one volume (--ledger-view) for `kubectl csi-hostpath why`.
+
+The ledger's read-only view of one volume, served beside the metrics (--ledger-view) for
 `kubectl csi-hostpath why`: what it says of a volume held, staged and published on a node; the
 metrics still served on the same port; and what it refuses (other methods, no ledger)."""
 

@@ -1,4 +1,6 @@
-"""ListVolumes used to load the whole ledger (every publication of every volume) for
+"""A ListVolumes page is one indexed query, and its answer is what it was.
+
+ListVolumes used to load the whole ledger (every publication of every volume) for
 each page. A page is now one indexed query: its volumes by seq, joined to only their
 publications. The answer is what it was: the holders of each volume, pages that chain."""
 

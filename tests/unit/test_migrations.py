@@ -1,4 +1,6 @@
-"""The schema upgrades: a database the first release wrote (tests/unit/data/schema_v1.sql, dumped
+"""The schema upgrades: a database the first release wrote opens today with every row intact.
+
+The schema upgrades: a database the first release wrote (tests/unit/data/schema_v1.sql, dumped
 from that code) opens with today's code with every row intact, and is then at the newest version."""
 
 from __future__ import annotations

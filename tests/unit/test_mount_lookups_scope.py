@@ -1,4 +1,6 @@
-"""The per-RPC scope in which mount lookups share one read of the mount table is opened where a
+"""The per-RPC scope of shared mount lookups is opened where a reader of the servicer sees it.
+
+The per-RPC scope in which mount lookups share one read of the mount table is opened where a
 reader of the servicer sees it, `with self.shared_lookups():` in each RPC's body, not behind the
 @rpc decorator; and each stage and publish still looks its mounts up inside it."""
 

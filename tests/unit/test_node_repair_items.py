@@ -1,4 +1,6 @@
-"""Reconcile repairs item by item. A step that fails at start is logged with its
+"""Reconcile repairs item by item: a failed step is retried, and the plugin still serves.
+
+Reconcile repairs item by item. A step that fails at start is logged with its
 reason, the plugin starts and serves, and the agent retries the step until it succeeds."""
 
 from __future__ import annotations

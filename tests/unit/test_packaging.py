@@ -1,4 +1,6 @@
-"""The package's own metadata, built by its build backend as `make install` builds it: no
+"""The package's own metadata, built as `make install` builds it, without warnings.
+
+The package's own metadata, built by its build backend as `make install` builds it: no
 deprecation warning on every install (the license as a TOML table printed one four times on a
 first `make run`), and the license where packaging tools read it. `make install` drops the one
 notice setuptools prints on every editable install, and nothing else."""

@@ -1,4 +1,6 @@
-"""Where the node finds a pod's block-I/O cgroups (LinuxIoTuner.pod_cgroups), on a directory tree
+"""Where the node finds a pod's block-I/O cgroups, on a tree shaped like the kernel's.
+
+Where the node finds a pod's block-I/O cgroups (LinuxIoTuner.pod_cgroups), on a directory tree
 shaped like the kernel's, no root needed. The real cluster's kubelet runs with a cgroupRoot of its
 own (/chp-cluster-NAME/NODE), which puts kubepods/burstable/pod<uid> five levels below the blkio
 root: the search stopped at four, found nothing and put the VolumeAttributesClass limits on the

@@ -1,4 +1,6 @@
-"""Kubernetes quantities (k8s.io/apimachinery/pkg/api/resource/quantity.go, ParseQuantity):
+"""Kubernetes quantities parsed as ParseQuantity does, rounded up to whole bytes.
+
+Kubernetes quantities (k8s.io/apimachinery/pkg/api/resource/quantity.go, ParseQuantity):
 decimal suffixes k M G T P E (and m), binary Ki..Ei, decimals, exponents e/E, a sign; sizes
 round up to whole bytes as Quantity.Value() does."""
 

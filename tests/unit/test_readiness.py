@@ -1,4 +1,6 @@
-"""Probe's readiness asks the system layer what the machine lacks: the real layer looks at
+"""Probe's readiness asks the system layer what the machine lacks.
+
+Probe's readiness asks the system layer what the machine lacks: the real layer looks at
 /dev/loop-control and the node's tools, and a driver on the fake layer is ready without root
 (before this, Probe answered not ready for any non-root user, fake or not)."""
 

@@ -1,4 +1,6 @@
-"""`make clean-volumes` runs `python3 -m csi_hostpath run-dir remove` after `make clean` has taken
+"""`run-dir` runs on the standard library alone, as `make clean-volumes` needs.
+
+`make clean-volumes` runs `python3 -m csi_hostpath run-dir remove` after `make clean` has taken
 the venv: `run-dir` must run on the standard library alone, as a python3 without the venv's
 packages (`-S`: no site-packages) runs it."""
 

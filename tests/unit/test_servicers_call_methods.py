@@ -1,4 +1,6 @@
-"""The servicers call service methods only: no module of api/ reads an attribute of an object it
+"""The servicers call service methods only, never a service's parts (read with ast).
+
+The servicers call service methods only: no module of api/ reads an attribute of an object it
 holds from the layers below (service/, store/, system/) other than as a call of its method.
 `self.service.stage(...)` is a call; `self.service.system.mounts`, `self.service.volumes.health`,
 `self.service.config.max_volumes_per_node` and `self.store.path` reach past the service into its

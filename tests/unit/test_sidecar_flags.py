@@ -1,4 +1,6 @@
-"""The flags of `csi-hostpath registrar` and `csi-hostpath livenessprobe` read as upstream's do
+"""The registrar's and the liveness probe's flags read as upstream's do.
+
+The flags of `csi-hostpath registrar` and `csi-hostpath livenessprobe` read as upstream's do
 (node-driver-registrar v2.17.0, livenessprobe v2.19.0): the same names and defaults, Go
 durations, klog's --v, and --health-port and --http-endpoint never both."""
 

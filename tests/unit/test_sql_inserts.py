@@ -1,4 +1,6 @@
-"""Every INSERT in the package names its columns, so a column added by a migration never shifts
+"""Every INSERT in the package names its columns.
+
+Every INSERT in the package names its columns, so a column added by a migration never shifts
 a value into the wrong place. The one positional INSERT left
 (store/backing/adopt_pool.py, a restored hold) failed this test on the old code."""
 

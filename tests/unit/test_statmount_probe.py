@@ -1,4 +1,6 @@
-"""Whether the kernel can name one mount by statmount(2) is learnt once and kept where a reader
+"""Whether statmount(2) works is learnt once and kept on the system's mounts object.
+
+Whether the kernel can name one mount by statmount(2) is learnt once and kept where a reader
 sees it: on the system's LinuxMounts (mounts.statmount.works), not in a module global."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""The system tests' own teardown survives another process detaching a loop device while it
+"""The system tests' own teardown survives another process detaching a loop device.
+
+The system tests' own teardown survives another process detaching a loop device while it
 scans /sys/block (the kernel is shared: that answers ENXIO or ENODEV for a moment)."""
 
 from __future__ import annotations

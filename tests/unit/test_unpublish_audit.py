@@ -1,4 +1,6 @@
-"""A ControllerUnpublishVolume with an empty node_id removes every holder, and each row is judged
+"""ControllerUnpublishVolume for every node judges each holder's row on its own.
+
+A ControllerUnpublishVolume with an empty node_id removes every holder, and each row is judged
 on its own: an orderly detach stays `unpublish`, a holder that is silent (or still lists the
 volume as staged) is `revoke`d. A silent node's new publish is refused, naming the silence. On
 the fake system layer, in --mode all."""

@@ -1,4 +1,6 @@
-"""What `csi-hostpath volume` and the operator commands make of their arguments, before any
+"""What `csi-hostpath volume` and the operator commands make of their arguments.
+
+What `csi-hostpath volume` and the operator commands make of their arguments, before any
 driver is asked: sizes that are not whole bytes, negative sizes, endpoints written as paths,
 options before the subcommand, and where `make run`'s directory is when no flag says."""
 

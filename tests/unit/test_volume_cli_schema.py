@@ -1,4 +1,6 @@
-"""`csi-hostpath volume`: the --json schema and the exit codes are a contract with scripts. This
+"""`csi-hostpath volume`'s --json schema and exit codes, pinned as a contract with scripts.
+
+`csi-hostpath volume`: the --json schema and the exit codes are a contract with scripts. This
 pins both to literal copies, and pins the documentation to them; the parts that need no driver
 (quantities, where things are, records, the spinner) are checked here too."""
 

@@ -1,4 +1,6 @@
-"""Sizes as people write them on the command line: a decimal unit where a binary one was meant,
+"""Sizes as people write them on the command line.
+
+Sizes as people write them on the command line: a decimal unit where a binary one was meant,
 and a fraction of a binary unit."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""`kubectl csi-hostpath why`'s core, on the object shapes of the eight cases
+"""`kubectl csi-hostpath why`'s core on the eight cases: phases, blocker, next step.
+
+`kubectl csi-hostpath why`'s core, on the object shapes of the eight cases
 (tests/unit/why_cases.py): for each, the five phases and the one blocking reason; the bet and
 its owner where the next step is a force-detach; and what the answer says when the driver's
 view can't be read."""

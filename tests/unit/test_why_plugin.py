@@ -1,4 +1,6 @@
-"""The kubectl plugin end to end, against a small API server answering each case's objects
+"""The kubectl plugin end to end against a small API server, through the real client.
+
+The kubectl plugin end to end, against a small API server answering each case's objects
 (tests/unit/fake_apiserver.py) through the real Kubernetes client: the reason line of each of
 the eight cases, the `-o json` document, that it only reads (GET, with the kubeconfig's token)
 and reaches the driver only through the service proxy the CSIDriver names, how it finds its

@@ -5,7 +5,7 @@ JSON. The messages are the components' own words: the scheduler's, the attach-de
 controller's, the kubelet's, external-provisioner's and the driver's.
 
 These shapes are written from those components' sources and from `kubectl get -o json` of the
-same objects, not recorded from a live cluster; experiment q (tests/cluster/e2e/exp_why.py)
+same objects, not recorded from a live cluster; experiment q (tests/k8s/experiments/exp_why.py)
 makes each case in a real one.
 """
 

@@ -6,7 +6,7 @@
 #
 # Brings the cluster up (CLUSTER_NAME honoured), installs the snapshot CRDs and the
 # snapshot-controller from the pinned external-snapshotter module, then the chart twice with
-# helm: the default shared shape (tests/k8s_e2e/values.yaml, test-driver.yaml) and the local
+# helm: the default shared shape (tests/k8s/storage_e2e/values.yaml, test-driver.yaml) and the local
 # shape under its own driver name (values-local.yaml, test-driver-local.yaml, topology and
 # capacity suites only). Runs the suite with ginkgo over e2e.test, writes into K8S_E2E_OUT a
 # junit report (junit.xml), ginkgo's JSON report (report.json), the summary (summary.md: passed,
@@ -57,7 +57,7 @@ KEEP=${K8S_E2E_KEEP:-0}
 OUT=${K8S_E2E_OUT:-$repo/.run/$cluster_dir/k8s-e2e}
 [ "$ON_KIND" = 0 ] || OUT=${K8S_E2E_OUT:-$repo/.run/kind-$KIND_CLUSTER-k8s-e2e}
 PY=${PY:-$repo/.venv/bin/python}
-SUITE=tests/k8s_e2e
+SUITE=tests/k8s/storage_e2e
 SHARED_DRIVER=loop.hostpath.csi.dev
 LOCAL_DRIVER=local.hostpath.csi.dev
 WAIT=300s
@@ -237,7 +237,7 @@ run "$GINKGO" --procs="$PROCS" --timeout="$TIMEOUT" --no-color --silence-skips \
 [ "$DRY_RUN" = 1 ] || tail -n 40 "$OUT/ginkgo.log"
 
 step "summary: $OUT/summary.md"
-run "$PY" -m tests.k8s_e2e.summary "$OUT/report.json" "${left_out[@]}" --out "$OUT/summary.md" \
-  --json "$OUT/summary.json"
+run "$PY" -m tests.k8s.storage_e2e.summary "$OUT/report.json" "${left_out[@]}" \
+  --out "$OUT/summary.md" --json "$OUT/summary.json"
 [ "$DRY_RUN" = 1 ] || cat "$OUT/summary.md"
 exit "$rc"
