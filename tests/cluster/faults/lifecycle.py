@@ -1,0 +1,155 @@
+"""One claim's life during the chaos run: created, written on one worker, read back (there, or on
+the other worker after a move, or from its snapshot or its clone), deleted. Its outcome is
+completed, data-lost (what was read differs from what was written), or stuck (a step timed out,
+naming the step): faults slow a life down, they must never change its data."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tests.cluster.e2e.context import Ctx, pod, pvc
+from tests.cluster.e2e.exp_data import WRITE_BLOB, _from_snapshot, _ready, _snapshot
+from tests.cluster.e2e.kube import Failed, Obj, pod_ready
+from tests.cluster.faults.observe import wait_for
+from tests.cluster.faults.schedule import LifecycleSpec
+
+DEVICE = "/dev/xvda"
+# A block claim: 512 KiB of random data written to the device, their checksum kept in the pod.
+WRITE_DEVICE = (
+    f"dd if=/dev/urandom of=/tmp/blob bs=1k count=512 2>/dev/null"
+    f" && dd if=/tmp/blob of={DEVICE} bs=1k count=512 conv=fsync 2>/dev/null"
+    " && md5sum /tmp/blob > /tmp/sum && sleep 3600"
+)
+READ_DEVICE = f"dd if={DEVICE} bs=1k count=512 2>/dev/null | md5sum"
+
+
+def block_pod(name: str, ns: str, claim: str, script: str, node: str) -> Obj:
+    """pod() with the claim as a raw device instead of a mount."""
+    p = pod(name, ns, claim, script, node=node)
+    c = p["spec"]["containers"][0]
+    del c["volumeMounts"]
+    c["volumeDevices"] = [{"name": "data", "devicePath": DEVICE}]
+    return p
+
+
+@dataclass
+class Outcome:
+    index: int
+    kind: str
+    # completed, data-lost, stuck or error.
+    result: str
+    seconds: float
+    detail: str = ""
+
+
+class Life:
+    def __init__(self, ctx: Ctx, spec: LifecycleSpec, seed: int, timeout: float) -> None:
+        self.ctx, self.spec, self.timeout = ctx, spec, timeout
+        self.ns = f"chaos-{seed}-{spec.index}"
+        self.x = ctx.workers[spec.first]
+        self.y = ctx.workers[1 - spec.first]
+        self.block = spec.kind == "block"
+
+    def wait(self, what: str, probe: Callable[[], Any]) -> Any:
+        return wait_for(f"{self.ns}: {what}", probe, self.timeout, 2)
+
+    def ready(self, name: str) -> None:
+        self.wait(f"pod {name} Ready", lambda: pod_ready(self.ctx.kube.pod(self.ns, name)))
+
+    def written(self, name: str) -> str:
+        path = "/tmp/sum" if self.block else "/data/sum"
+        return str(
+            self.wait(
+                "the written checksum",
+                lambda: self.ctx.kube.exec(self.ns, name, ["cat", path]).split()[0],
+            )
+        )
+
+    def read(self, name: str) -> str:
+        argv = ["sh", "-c", READ_DEVICE] if self.block else ["md5sum", "/data/blob"]
+        return str(
+            self.wait(f"{name}'s read", lambda: self.ctx.kube.exec(self.ns, name, argv).split()[0])
+        )
+
+    def pod_of(self, name: str, claim: str, script: str, node: str) -> Obj:
+        if self.block:
+            return block_pod(name, self.ns, claim, script, node)
+        return pod(name, self.ns, claim, script, node=node)
+
+    def claim(self, name: str, **spec: Any) -> Obj:
+        modes = ("ReadWriteOncePod",) if self.spec.kind == "rwop" else ("ReadWriteOnce",)
+        extra = {"volumeMode": "Block"} if self.block else {}
+        return pvc(name, self.ns, modes=modes, **extra, **spec)
+
+    def steps(self) -> tuple[str, str]:
+        """(checksum written, checksum read back)."""
+        k = self.ctx.kube
+        k.delete_namespace(self.ns, self.timeout)  # a run of the same seed before
+        k.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.ns}}])
+        k.apply(
+            [
+                self.claim("vol"),
+                self.pod_of("writer", "vol", WRITE_DEVICE if self.block else WRITE_BLOB, self.x),
+            ]
+        )
+        self.ready("writer")
+        want = self.written("writer")
+        source = "vol"
+        if self.spec.kind == "snapshot":
+            k.apply([_snapshot("snap", self.ns, "vol")])
+            self.wait(
+                "the snapshot ready",
+                lambda: _ready(
+                    k.get("snapshot.storage.k8s.io/v1", "VolumeSnapshot", "snap", self.ns)
+                ),
+            )
+            k.apply([_from_snapshot("copy", self.ns, "snap")])
+            source = "copy"
+        elif self.spec.kind == "clone":
+            k.apply(
+                [self.claim("copy", dataSource={"kind": "PersistentVolumeClaim", "name": "vol"})]
+            )
+            source = "copy"
+        if source == "vol" and not self.spec.move:
+            return want, self.read("writer")
+        if source == "vol":
+            k.kubectl("-n", self.ns, "delete", "pod", "writer", "--wait=true", timeout=self.timeout)
+        node = self.y if self.spec.move else self.x
+        k.apply([self.pod_of("reader", source, "sleep 3600", node)])
+        self.ready("reader")
+        return want, self.read("reader")
+
+    def cleanup(self) -> None:
+        k = self.ctx.kube
+        pvs = [
+            str((c.get("spec") or {}).get("volumeName"))
+            for c in k.objects("v1", "PersistentVolumeClaim", self.ns)
+            if (c.get("spec") or {}).get("volumeName")
+        ]
+        k.kubectl("delete", "namespace", self.ns, "--ignore-not-found", "--wait=false")
+        self.wait("its namespace gone", lambda: k.get("v1", "Namespace", self.ns) is None)
+        self.wait(
+            "its PVs gone", lambda: all(k.get("v1", "PersistentVolume", p) is None for p in pvs)
+        )
+
+    def run(self) -> Outcome:
+        began = time.monotonic()
+        out = Outcome(self.spec.index, self.spec.kind, "completed", 0.0)
+        try:
+            want, got = self.steps()
+            if want != got:
+                out.result, out.detail = "data-lost", f"wrote {want}, read {got}"
+        except Failed as e:
+            out.result, out.detail = "stuck", str(e)
+        except Exception as e:  # a life's error is its outcome; the others go on
+            out.result, out.detail = "error", f"{type(e).__name__}: {e}"
+        try:
+            self.cleanup()
+        except Exception as e:  # what it leaves, the checks at rest find
+            if out.result == "completed":
+                out.result, out.detail = "stuck", f"cleanup: {e}"
+        out.seconds = time.monotonic() - began
+        return out
