@@ -74,6 +74,25 @@ class Life:
             self.wait(f"{name}'s read", lambda: self.ctx.kube.exec(self.ns, name, argv).split()[0])
         )
 
+    def kubectl(self, *args: str) -> None:
+        """kubectl again until it works: the API server may be the component just killed."""
+        self.wait(f"kubectl {' '.join(args[:4])}", lambda: self.ctx.kube.kubectl(*args) or True)
+
+    def apply(self, objs: list[Obj]) -> None:
+        def once() -> bool:
+            self.ctx.kube.apply(objs)
+            return True
+
+        self.wait(
+            f"applied {', '.join(o['kind'] + '/' + o['metadata']['name'] for o in objs)}", once
+        )
+
+    def gone(self) -> None:
+        self.kubectl("delete", "namespace", self.ns, "--ignore-not-found", "--wait=false")
+        self.wait(
+            "its namespace gone", lambda: self.ctx.kube.get("v1", "Namespace", self.ns) is None
+        )
+
     def pod_of(self, name: str, claim: str, script: str, node: str) -> Obj:
         if self.block:
             return block_pod(name, self.ns, claim, script, node)
@@ -87,9 +106,9 @@ class Life:
     def steps(self) -> tuple[str, str]:
         """(checksum written, checksum read back)."""
         k = self.ctx.kube
-        k.delete_namespace(self.ns, self.timeout)  # a run of the same seed before
-        k.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.ns}}])
-        k.apply(
+        self.gone()  # a run of the same seed before
+        self.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.ns}}])
+        self.apply(
             [
                 self.claim("vol"),
                 self.pod_of("writer", "vol", WRITE_DEVICE if self.block else WRITE_BLOB, self.x),
@@ -99,38 +118,39 @@ class Life:
         want = self.written("writer")
         source = "vol"
         if self.spec.kind == "snapshot":
-            k.apply([_snapshot("snap", self.ns, "vol")])
+            self.apply([_snapshot("snap", self.ns, "vol")])
             self.wait(
                 "the snapshot ready",
                 lambda: _ready(
                     k.get("snapshot.storage.k8s.io/v1", "VolumeSnapshot", "snap", self.ns)
                 ),
             )
-            k.apply([_from_snapshot("copy", self.ns, "snap")])
+            self.apply([_from_snapshot("copy", self.ns, "snap")])
             source = "copy"
         elif self.spec.kind == "clone":
-            k.apply(
+            self.apply(
                 [self.claim("copy", dataSource={"kind": "PersistentVolumeClaim", "name": "vol"})]
             )
             source = "copy"
-        if source == "vol" and not self.spec.move:
-            return want, self.read("writer")
-        if source == "vol":
-            k.kubectl("-n", self.ns, "delete", "pod", "writer", "--wait=true", timeout=self.timeout)
+        if source == "vol":  # the claim itself, staged again on x or y
+            self.kubectl("-n", self.ns, "delete", "pod", "writer", "--ignore-not-found")
+            self.wait("the writer gone", lambda: k.pod(self.ns, "writer") is None)
         node = self.y if self.spec.move else self.x
-        k.apply([self.pod_of("reader", source, "sleep 3600", node)])
+        self.apply([self.pod_of("reader", source, "sleep 3600", node)])
         self.ready("reader")
         return want, self.read("reader")
 
     def cleanup(self) -> None:
         k = self.ctx.kube
+        claims = self.wait(
+            "its claims listed", lambda: [k.objects("v1", "PersistentVolumeClaim", self.ns)]
+        )[0]
         pvs = [
             str((c.get("spec") or {}).get("volumeName"))
-            for c in k.objects("v1", "PersistentVolumeClaim", self.ns)
+            for c in claims
             if (c.get("spec") or {}).get("volumeName")
         ]
-        k.kubectl("delete", "namespace", self.ns, "--ignore-not-found", "--wait=false")
-        self.wait("its namespace gone", lambda: k.get("v1", "Namespace", self.ns) is None)
+        self.gone()
         self.wait(
             "its PVs gone", lambda: all(k.get("v1", "PersistentVolume", p) is None for p in pvs)
         )
