@@ -1,0 +1,5 @@
+import sys
+
+from tests.cluster.faults.main import main
+
+sys.exit(main())
