@@ -324,3 +324,17 @@ def test_each_cell_has_a_namespace_of_its_own() -> None:
     names = [namespace_of(c.id) for c in matrix.cells()]
     assert len(set(names)) == len(names)
     assert all(len(n) <= 63 and n.replace("-", "").isalnum() and n.islower() for n in names)
+
+
+def test_the_reliability_page_lists_every_pair_that_is_no_cell_with_its_reason() -> None:
+    text = (REPO / "docs" / "reliability.md").read_text()
+    section = text.split("### Cells that can't happen", 1)[1].split("\n### ", 1)[0]
+    listed = set()
+    for line in section.splitlines():
+        cols = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cols) == 3 and cols[0] in {c.name for c in matrix.COMPONENTS}:
+            listed |= {(cols[0], p.strip(), cols[2]) for p in cols[1].split(",")}
+    assert listed == set(matrix.off_path())
+    assert f"{len(matrix.cells())} of the 130 pairs are cells" in text
+    assert f"the other {len(matrix.off_path())}" in text
+    assert f"the {len(schedule.slots())} targets" in text
