@@ -338,3 +338,17 @@ def test_the_reliability_page_lists_every_pair_that_is_no_cell_with_its_reason()
     assert f"{len(matrix.cells())} of the 130 pairs are cells" in text
     assert f"the other {len(matrix.off_path())}" in text
     assert f"the {len(schedule.slots())} targets" in text
+
+
+def test_a_run_that_cannot_reach_its_cluster_lists_its_rows_as_not_reached_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "results.json"
+    argv = ["--kind", "--kubeconfig", str(tmp_path / "none"), "--cells", "etcd/create",
+            "--partition", "reboot", "--results", str(out)]  # fmt: skip
+    assert faults_main.main(argv) == 1
+    rows = json.loads(out.read_text())["results"]
+    assert [(r["id"], r["outcome"]) for r in rows] == [
+        ("etcd/create", "skipped"), ("partition/reboot", "skipped")]  # fmt: skip
+    assert rows[0]["detail"].startswith("not reached: ")
+    assert "0 run, 0 passed, 0 failed, 2 skipped" in capsys.readouterr().out

@@ -193,6 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: list[results.CellResult] = []
     extra: dict[str, object] = {"argv": list(sys.argv[1:] if argv is None else argv)}
     ok = True
+    stopped = ""
     kube: Kube | None = None
     try:
         kube = Kube(args.kubeconfig, args.kubectl or "kubectl")
@@ -217,14 +218,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(report.render())
             ok = report.ok
     except (Exception, SystemExit, KeyboardInterrupt) as e:
-        log(f"stopped: {type(e).__name__}: {e}")
+        stopped = f"{type(e).__name__}: {e}"
+        log(f"stopped: {stopped}")
         ok = False
     finally:
         if kube is not None:
             kube.close()
     done = {r.id for r in rows}
     rows += [
-        results.CellResult(i, "skipped", 0.0, detail="not reached")
+        results.CellResult(i, "skipped", 0.0, detail=f"not reached: {stopped}")
         for i in [c.id for c in args.selected] + [f"partition/{m}" for m in args.modes]
         if i not in done
     ]

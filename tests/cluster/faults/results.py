@@ -82,7 +82,7 @@ def grid(results: Sequence[CellResult]) -> str:
     seen = {r.id: r for r in results}
     width = max(len(c.name) for c in COMPONENTS)
     cols = [p.name for p in PHASES]
-    lines = [" " * width + "  " + "  ".join(f"{p[:9]:<9}" for p in cols)]
+    lines = [(" " * width + "  " + "  ".join(f"{p[:9]:<9}" for p in cols)).rstrip()]
     for c in COMPONENTS:
         marks = []
         for p in cols:
