@@ -1,4 +1,6 @@
-"""Each role reads the Config in one place: no module of service/controller or service/node reads
+"""Each role reads the Config in one place, its context's from_config.
+
+Each role reads the Config in one place: no module of service/controller or service/node reads
 an attribute of a Config outside its context's from_config (ControllerContext, NodeContext). A
 part takes the context, and a flag it needs is a field there.
 

@@ -1,4 +1,6 @@
-"""The per-RPC mount cache is an object its owner holds and hands on, not a module global: the
+"""The per-RPC mount cache is held by LinuxMounts, not a module global.
+
+The per-RPC mount cache is an object its owner holds and hands on, not a module global: the
 system's LinuxMounts keeps its SharedLookups (mounts.lookups), find_mount is given it, and a
 scope one LinuxMounts opened is not another's."""
 
