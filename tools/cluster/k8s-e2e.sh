@@ -183,16 +183,22 @@ step "snapshot CRDs and snapshot-controller"
 # ones among them, which the chart looks for before it serves groups.
 for crd in "$CRDS"/*.storage.k8s.io_*.yaml; do run "$KUBECTL" apply -f "$crd"; done
 run "$KUBECTL" wait --for condition=established --timeout=60s crd --all
-for manifest in "$SNAP_CONTROLLER"/rbac-snapshot-controller.yaml "$SNAP_CONTROLLER"/setup-snapshot-controller.yaml; do
-  run "$KUBECTL" -n kube-system apply -f "$manifest"
-done
-# The module's v8.6.0 manifest still names the v8.5.0 image; the one built here is v8.6.0.
-run "$KUBECTL" -n kube-system set image deploy/snapshot-controller \
-  snapshot-controller=registry.k8s.io/sig-storage/snapshot-controller:v8.6.0
-# One replica on two cores; group snapshots are off by default in v8.6.0's controller.
-run "$KUBECTL" -n kube-system scale deploy/snapshot-controller --replicas=1
-run "$KUBECTL" -n kube-system patch deploy/snapshot-controller --type=json -p \
-  '[{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--feature-gates=CSIVolumeGroupSnapshot=true"}]'
+run "$KUBECTL" -n kube-system apply -f "$SNAP_CONTROLLER"/rbac-snapshot-controller.yaml
+# The Deployment is rendered in its final shape before it is created, so its first template is its
+# last: one replica on two cores, the image built here (the module's v8.6.0 manifest still names
+# v8.5.0, which is neither loaded nor pullable), never pulled, and group snapshots on (off by
+# default in v8.6.0's controller). Changed after creation, one write at a time, the rollout once
+# stayed on the first ReplicaSet, whose image no node has.
+SNAP_DEPLOY=$OUT/snapshot-controller.yaml
+snap_container=/spec/template/spec/containers/0
+snap_patch='[{"op": "replace", "path": "/spec/replicas", "value": 1}, '\
+'{"op": "replace", "path": "'$snap_container'/image", "value": "registry.k8s.io/sig-storage/snapshot-controller:v8.6.0"}, '\
+'{"op": "add", "path": "'$snap_container'/imagePullPolicy", "value": "IfNotPresent"}, '\
+'{"op": "add", "path": "'$snap_container'/args/-", "value": "--feature-gates=CSIVolumeGroupSnapshot=true"}]'
+printf '+ %s > %s\n' "$KUBECTL patch --local -f $SNAP_CONTROLLER/setup-snapshot-controller.yaml --type=json -p '$snap_patch' -o yaml" "$SNAP_DEPLOY"
+[ "$DRY_RUN" = 1 ] || "$KUBECTL" patch --local -f "$SNAP_CONTROLLER"/setup-snapshot-controller.yaml \
+  --type=json -p "$snap_patch" -o yaml >"$SNAP_DEPLOY"
+run "$KUBECTL" -n kube-system apply -f "$SNAP_DEPLOY"
 run "$KUBECTL" -n kube-system rollout status deploy/snapshot-controller --timeout="$WAIT"
 
 step "the chart, shared shape ($SHARED_DRIVER)"
