@@ -160,13 +160,23 @@ def test_the_installed_executable_is_the_plugin(tmp_path: Path) -> None:
     assert json.loads(done.stdout)["blocking"]["code"] == "pod-waits-for-secret"
 
 
-def test_the_readmes_example_is_what_the_plugin_prints_for_its_fixture(
+def test_the_readmes_example_says_what_the_plugin_says_for_its_case(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """The README quotes a real cluster's answer, whose names, times and paths are that cluster's;
+    its shape (the phases and their states) and its words (the reason and the next step) are the
+    plugin's own for the same case, so a change of wording shows here."""
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     start = readme.index("$ kubectl csi-hostpath why pod/waits -n shop\n")
     shown = readme[start : readme.index("```\n", start)].splitlines()[1:]
     case = next(c for c in CASES if c.name == "missing-secret")
     with serving(FakeCluster(case.objects, case.ledger), tmp_path) as kubeconfig:
         code, out, _ = _why(capsys, case.ask, "-n", "shop", "--kubeconfig", str(kubeconfig))
-    assert code == 0 and out.splitlines() == shown
+    printed = out.splitlines()
+    assert code == 0 and len(printed) == len(shown)
+
+    def shape(lines: list[str]) -> list[list[str]]:
+        return [line.split()[:2] for line in lines[:-2]]
+
+    assert shape(shown) == shape(printed)
+    assert shown[-2:] == printed[-2:]
