@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from tests.k8s.experiments.context import WFFC, Ctx, expect, experiment, log, pod, pvc
-from tests.k8s.experiments.kube import Failed, pod_ready, until
+from tests.k8s.experiments.kube import Failed, Obj, pod_ready, until
 from tests.k8s.experiments.why_plugin import (
     READER,
     UNTIL_DEATH,
@@ -191,7 +191,26 @@ def _multi_attach(ctx: Ctx, reader: Reader) -> None:
     expect("the next step names both PersistentVolumes", SHADOW in line_of(out, "next"), out)
     k.kubectl("-n", NS, "delete", "pod", "second", "first", "--wait=true")
     k.kubectl("-n", NS, "delete", "pvc", "shadow", "--wait=true")
+    for name in refused_attachments(k.objects("storage.k8s.io/v1", "VolumeAttachment"), SHADOW):
+        k.kubectl("delete", "volumeattachment", name, "--ignore-not-found", "--wait=true")
     k.kubectl("delete", "pv", SHADOW, "--wait=true")
+
+
+def refused_attachments(attachments: list[Obj], pv: str) -> list[str]:
+    """The VolumeAttachments of a PersistentVolume that never attached.
+
+    The shadow shares its volume handle with the original claim's volume, and the attach-detach
+    controller knows a volume by its handle: once both pods are gone it detaches the one it saw
+    attached, on A, and may never delete the refused attachment to B, whose attacher finalizer then
+    keeps the shadow from being deleted (seen once on kind). Deleting it is the admin's cleanup of
+    a hand-made PersistentVolume: the attacher calls ControllerUnpublishVolume for B, which the
+    ledger answers OK, as B holds nothing."""
+    return [
+        str(a["metadata"]["name"])
+        for a in attachments
+        if (a["spec"].get("source") or {}).get("persistentVolumeName") == pv
+        and not (a.get("status") or {}).get("attached")
+    ]
 
 
 def _node_gone_then_fenced(ctx: Ctx, reader: Reader) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from tests.chart.chart_tool import validate
 from tests.k8s.experiments import context, runner
-from tests.k8s.experiments.kube import Failed, holds, until
+from tests.k8s.experiments.kube import Failed, Obj, holds, until
 from tests.k8s.experiments.table import Result, all_passed, render
 
 
@@ -292,3 +292,23 @@ def test_the_reason_line_is_read_from_the_plugins_text() -> None:
     assert why_plugin.line_of(out, "next") == "nothing to do"
     assert why_plugin.line_of(out, "risk") == ""
     assert why_plugin.plugin_path().split(os.pathsep)[0].endswith("bin")
+
+
+def test_only_the_shadows_attachments_that_never_attached_are_cleaned_up() -> None:
+    from tests.k8s.experiments.exp_why import SHADOW, refused_attachments
+
+    def va(name: str, pv: str, attached: bool | None) -> Obj:
+        status = {} if attached is None else {"status": {"attached": attached}}
+        return {
+            "metadata": {"name": name},
+            "spec": {"source": {"persistentVolumeName": pv}},
+            **status,
+        }
+
+    found = [
+        va("to-b", SHADOW, False),
+        va("no-status", SHADOW, None),
+        va("to-a", SHADOW, True),
+        va("original", "pvc-1", False),
+    ]
+    assert refused_attachments(found, SHADOW) == ["to-b", "no-status"]
