@@ -55,9 +55,11 @@ def run_cell(h: Harness, cell: Cell) -> CellResult:
             log(f"  A={a} (the volume's node), B={b}")
             subject = Subject(h.ctx, h.observer, ns, a, b, h.args.timeout, wffc=cell.wffc)
             h.ctx.kube.delete_namespace(ns)  # an earlier, interrupted run's
+            target = h.target(cell.component, a)
+            if h.args.fresh_backoff and h.forget_backoff(target):
+                log(f"  {target.node}'s kubelet restarted at rest: {target}'s back-off forgotten")
             h.ctx.namespace(ns)
             subject.prepare(cell.phase)
-            target = h.target(cell.component, a)
             wait_for(
                 f"{target} running before the action",
                 lambda: h.killer.is_up(target),

@@ -94,6 +94,27 @@ class Harness:
             return Target(name, self.controller_node())
         return Target(name, a)
 
+    def forget_backoff(self, target: Target) -> bool:
+        """Restart, at rest, the kubelet that restarts `target`, so the cell's kill meets the
+        back-off of a first crash (10 s), not one grown by the run's earlier kills of the same
+        container (doubling to 300 s). The kubelet keeps that back-off in memory only, and forgets
+        it by itself once a container has run for ten minutes; a restart forgets it at once and
+        leaves running containers alone. systemd's units have no growing back-off: False."""
+        if component(target.component).kind == "unit":
+            return False
+        self.ctx.nodes.exec(target.node, ["systemctl", "restart", "kubelet"], 60)
+
+        def healthy() -> bool:
+            out = self.ctx.nodes.exec(
+                target.node, ["curl", "-s", "-m", "5", "http://127.0.0.1:10248/healthz"], 15
+            )
+            return out.strip() == "ok"
+
+        limit = self.args.back_timeout
+        wait_for(f"the kubelet of {target.node} healthy after its restart", healthy, limit, 1)
+        wait_for(f"{target.node} Ready", lambda: self.ctx.node_ready(target.node), limit, 2)
+        return True
+
     def api_ready(self) -> bool:
         return self.ctx.kube.kubectl("get", "--raw", "/readyz", timeout=15).strip() == "ok"
 

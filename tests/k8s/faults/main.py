@@ -70,6 +70,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="seconds a killed component may take to run again: the kubelet's restart "
         "back-off reaches 300 (default %(default)g)",
     )
+    p.add_argument(
+        "--fresh-backoff",
+        action="store_true",
+        help="before each cell, restart at rest the kubelet that restarts its target, so the "
+        "kill meets a first crash's back-off (10 s), not one the run's earlier kills grew",
+    )
     p.add_argument("--delay", type=float, default=0.0, help="seconds from the trigger to the kill")
     p.add_argument(
         "--sample-interval",
