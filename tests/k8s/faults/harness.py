@@ -10,7 +10,9 @@ import os
 import subprocess
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from tests.k8s.experiments import runner
 from tests.k8s.experiments.chart import Installer
@@ -49,6 +51,16 @@ def docker(*args: str, timeout: float = 120) -> str:
     except subprocess.CalledProcessError as e:
         why = (e.stderr or e.stdout or "").strip()[-400:]
         raise Failed(f"docker {' '.join(args[:3])}: {why}") from e
+
+
+def lease_renewed_since(lease: dict[str, Any] | None, since: float) -> bool:
+    """The node's Lease was renewed after `since` (time.time()): its kubelet talks to the API
+    server again. The kind nodes share the host's clock."""
+    renew = ((lease or {}).get("spec") or {}).get("renewTime")
+    if not renew:
+        return False
+    at = datetime.fromisoformat(str(renew).replace("Z", "+00:00")).timestamp()
+    return at > since
 
 
 @dataclass
@@ -102,16 +114,19 @@ class Harness:
         leaves running containers alone. systemd's units have no growing back-off: False."""
         if component(target.component).kind == "unit":
             return False
+        restarted = time.time()
         self.ctx.nodes.exec(target.node, ["systemctl", "restart", "kubelet"], 60)
 
-        def healthy() -> bool:
-            out = self.ctx.nodes.exec(
-                target.node, ["curl", "-s", "-m", "5", "http://127.0.0.1:10248/healthz"], 15
+        def renewed() -> bool:
+            lease = self.ctx.kube.get(
+                "coordination.k8s.io/v1", "Lease", target.node, "kube-node-lease"
             )
-            return out.strip() == "ok"
+            return lease_renewed_since(lease, restarted)
 
         limit = self.args.back_timeout
-        wait_for(f"the kubelet of {target.node} healthy after its restart", healthy, limit, 1)
+        wait_for(
+            f"the kubelet of {target.node} renewing its lease after its restart", renewed, limit
+        )
         wait_for(f"{target.node} Ready", lambda: self.ctx.node_ready(target.node), limit, 2)
         return True
 
