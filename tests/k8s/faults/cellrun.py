@@ -65,11 +65,14 @@ def run_cell(h: Harness, cell: Cell) -> CellResult:
                 lambda: h.killer.is_up(target),
                 h.args.back_timeout,
             )
+            # Only a kill right after the action is aimed before it: a later trigger may come
+            # after the component restarted on its own, and a stale pid must not be shot.
+            aimed = h.killer.running(target) if cell.trigger == "at-action" else None
             subject.act(cell.phase)
             result.landed = await_trigger(subject, cell, h.args.timeout)
             if h.args.delay:
                 time.sleep(h.args.delay)
-            kill = h.killer.kill(target)
+            kill = h.killer.kill(target, aimed)
             log(f"  kill -9 of {target} (pid {kill.pid}), landed {result.landed}")
             result.back_seconds = h.recover(kill)
             log(f"  {target} back after {result.back_seconds:.0f} s")

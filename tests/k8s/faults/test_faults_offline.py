@@ -266,9 +266,9 @@ def test_containers_pids_and_processes_are_read_from_crictl_and_pgrep() -> None:
 
 
 class FakeNodes:
-    """docker exec, answered from a script: (node, first words) -> output."""
+    """docker exec, answered from a script: (node, first words) -> output, or an error raised."""
 
-    def __init__(self, answers: dict[tuple[str, str], list[str]]) -> None:
+    def __init__(self, answers: dict[tuple[str, str], list[str | Exception]]) -> None:
         self.answers = answers
         self.calls: list[tuple[str, list[str]]] = []
 
@@ -277,7 +277,10 @@ class FakeNodes:
         queue = self.answers.get((node, " ".join(argv[:2])), [])
         if not queue:
             raise subprocess.CalledProcessError(1, argv)
-        return queue.pop(0) if len(queue) > 1 else queue[0]
+        answer = queue.pop(0) if len(queue) > 1 else queue[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
 
 def test_a_kill_is_kill_9_of_the_pid_in_its_node_and_back_means_a_new_container() -> None:
@@ -300,6 +303,20 @@ def test_a_kill_is_kill_9_of_the_pid_in_its_node_and_back_means_a_new_container(
     unit = killer.kill(Target("kubelet", "w1"))
     assert unit.pid == 301 and ("w1", ["kill", "-9", "301"]) in nodes.calls
     assert killer.came_back(unit)  # pid 302, active
+
+
+def test_an_aimed_kill_is_one_exec_and_a_missed_aim_is_taken_again() -> None:
+    nodes = FakeNodes({
+        ("cp", "kill -9"): ["", RuntimeError("kill: (77): No such process"), ""],
+        ("cp", "crictl ps"): [json.dumps(CRICTL_PS)],
+        ("cp", "crictl inspect"): [json.dumps({"info": {"pid": 78}})],
+    })  # fmt: skip
+    killer = Killer(nodes, "csi-hostpath", lambda role, node: f"csi-hostpath-{role}")  # type: ignore[arg-type]
+    kill = killer.kill(Target("etcd", "cp"), ("ddd", 77))
+    assert (kill.pid, kill.container) == (77, "ddd")
+    assert nodes.calls == [("cp", ["kill", "-9", "77"])]
+    again = killer.kill(Target("etcd", "cp"), ("ddd", 77))
+    assert again.pid == 78 and nodes.calls[-1] == ("cp", ["kill", "-9", "78"])
 
 
 class FakeSubject:
