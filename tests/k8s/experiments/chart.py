@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from tests.k8s.experiments.context import DRIVER, Ctx, log
 from tests.k8s.experiments.kube import Failed, Kube, until
@@ -48,6 +49,31 @@ def pinned(name: str) -> str:
         if key == name:
             return value.strip()
     raise Failed(f"tools/cluster/versions.env names no {name}")
+
+
+def snapshot_controller_objects(rendered: str, image: str) -> list[dict[str, Any]]:
+    """The upstream snapshot-controller manifests' objects (kubectl's client-side rendering, as
+    JSON) with the Deployment in its final shape: the image loaded, never pulled (no registry;
+    external-snapshotter v8.6.0's manifests still name the v8.5.0 image, and the controller is
+    the pinned release's, which tools/cluster/images.sh makes), and the group snapshot gate."""
+    parsed = json.loads(rendered)
+    objects: list[dict[str, Any]] = (
+        parsed.get("items", []) if parsed.get("kind") == "List" else [parsed]
+    )
+    deploys = [
+        o
+        for o in objects
+        if o.get("kind") == "Deployment" and o["metadata"]["name"] == "snapshot-controller"
+    ]
+    if len(deploys) != 1:
+        raise Failed("no snapshot-controller Deployment in the snapshot-controller manifests")
+    container = deploys[0]["spec"]["template"]["spec"]["containers"][0]
+    container["image"] = image
+    container["imagePullPolicy"] = "IfNotPresent"
+    args = container.setdefault("args", [])
+    if GROUP_GATE not in args:
+        args.append(GROUP_GATE)
+    return objects
 
 
 class Installer:
@@ -95,25 +121,15 @@ class Installer:
             60,
         )
         how = "-k" if (controller / "kustomization.yaml").exists() else "-f"
-        self.kube.kubectl("-n", "kube-system", "apply", how, str(controller))
-        deploy = self.kube.get("apps/v1", "Deployment", "snapshot-controller", "kube-system")
-        if deploy is None:
-            raise Failed("no snapshot-controller Deployment in kube-system from its manifests")
-        container = "/spec/template/spec/containers/0"
-        # The image is loaded, never pulled (no registry), and group snapshots need the gate.
-        # external-snapshotter v8.6.0's manifests still name the v8.5.0 image: the controller is
-        # the one of the pinned release, whose image tools/cluster/images.sh makes.
-        patch: list[dict[str, str]] = [
-            {"op": "add", "path": f"{container}/imagePullPolicy", "value": "IfNotPresent"},
-            {"op": "add", "path": f"{container}/image", "value": self.snapshot_controller_image},
-        ]
-        if GROUP_GATE not in (
-            deploy["spec"]["template"]["spec"]["containers"][0].get("args") or []
-        ):
-            patch.append({"op": "add", "path": f"{container}/args/-", "value": GROUP_GATE})
+        rendered = self.kube.kubectl(
+            "-n", "kube-system", "apply", "--dry-run=client", "-o", "json", how, str(controller)
+        )
+        objects = snapshot_controller_objects(rendered, self.snapshot_controller_image)
+        # One apply of the final template: an apply of the upstream one first would leave a
+        # ReplicaSet of an image no node can pull beside the patched one.
         self.kube.kubectl(
-            "-n", "kube-system", "patch", "deployment", "snapshot-controller",
-            "--type=json", "-p", json.dumps(patch),
+            "-n", "kube-system", "apply", "-f", "-",
+            stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}),
         )  # fmt: skip
         self.kube.kubectl(
             "-n",
