@@ -65,9 +65,7 @@ def run_cell(h: Harness, cell: Cell) -> CellResult:
                 lambda: h.killer.is_up(target),
                 h.args.back_timeout,
             )
-            # Only a kill right after the action is aimed before it: a later trigger may come
-            # after the component restarted on its own, and a stale pid must not be shot.
-            aimed = h.killer.running(target) if cell.trigger == "at-action" else None
+            aimed = h.killer.aim(target)
             subject.act(cell.phase)
             result.landed = await_trigger(subject, cell, h.args.timeout)
             if h.args.delay:

@@ -36,6 +36,30 @@ class Kill:
     container: str = ""
 
 
+@dataclass(frozen=True)
+class Aim:
+    container: str
+    pid: int
+    # The process's start time in clock ticks since boot: with the pid, one process for ever.
+    start: str
+
+
+def start_time(stat: str) -> str:
+    """Field 22 of /proc/PID/stat; the fields are counted after the command's closing
+    parenthesis, as the command itself may hold spaces."""
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return fields[19]
+
+
+def aimed_kill(aim: Aim) -> str:
+    """A shell line that kills the aimed process only if its start time is still the aim's, and
+    exits non-zero otherwise."""
+    return (
+        f"s=$(sed 's/.*) //' /proc/{aim.pid}/stat | cut -d' ' -f20) && "
+        f'[ "$s" = {aim.start} ] && kill -9 {aim.pid}'
+    )
+
+
 def pick_containers(ps_json: str, namespace: str, pod_prefix: str, name: str) -> list[str]:
     """The running containers of `crictl ps -o json` named `name` in a pod of that namespace whose
     name starts with pod_prefix."""
@@ -118,15 +142,21 @@ class Killer:
             return False
         return state.strip() == "active"
 
-    def kill(self, target: Target, aimed: tuple[str, int] | None = None) -> Kill:
-        """kill -9 of what runs now, or of `aimed` (`running`'s answer taken before the action):
-        one `docker exec` instead of three, so a kill right after a fast action lands inside
-        it. An aim that missed (the process gone meanwhile) is taken again."""
+    def aim(self, target: Target) -> Aim:
+        """What runs now, with its process's start time (field 22 of /proc/PID/stat), taken
+        before the action so that the kill after the trigger is one `docker exec`."""
+        cid, pid = self.running(target)
+        stat = self.nodes.exec(target.node, ["cat", f"/proc/{pid}/stat"], 30)
+        return Aim(cid, pid, start_time(stat))
+
+    def kill(self, target: Target, aimed: Aim | None = None) -> Kill:
+        """kill -9 of `aimed` if that very process still runs (its pid and start time: a pid
+        reused meanwhile is never shot), else of what runs now."""
         if aimed is not None:
             try:
-                self.nodes.exec(target.node, ["kill", "-9", str(aimed[1])], 30)
-                return Kill(target, time.time(), aimed[1], aimed[0])
-            except Exception:  # kill exits 1 for a pid that is gone
+                self.nodes.exec(target.node, ["sh", "-c", aimed_kill(aimed)], 30)
+                return Kill(target, time.time(), aimed.pid, aimed.container)
+            except Exception:  # the aimed process is gone: look again
                 pass
         cid, pid = self.running(target)
         self.nodes.exec(target.node, ["kill", "-9", str(pid)], 30)

@@ -305,20 +305,6 @@ def test_a_kill_is_kill_9_of_the_pid_in_its_node_and_back_means_a_new_container(
     assert killer.came_back(unit)  # pid 302, active
 
 
-def test_an_aimed_kill_is_one_exec_and_a_missed_aim_is_taken_again() -> None:
-    nodes = FakeNodes({
-        ("cp", "kill -9"): ["", RuntimeError("kill: (77): No such process"), ""],
-        ("cp", "crictl ps"): [json.dumps(CRICTL_PS)],
-        ("cp", "crictl inspect"): [json.dumps({"info": {"pid": 78}})],
-    })  # fmt: skip
-    killer = Killer(nodes, "csi-hostpath", lambda role, node: f"csi-hostpath-{role}")  # type: ignore[arg-type]
-    kill = killer.kill(Target("etcd", "cp"), ("ddd", 77))
-    assert (kill.pid, kill.container) == (77, "ddd")
-    assert nodes.calls == [("cp", ["kill", "-9", "77"])]
-    again = killer.kill(Target("etcd", "cp"), ("ddd", 77))
-    assert again.pid == 78 and nodes.calls[-1] == ("cp", ["kill", "-9", "78"])
-
-
 class FakeSubject:
     def __init__(self, trigger_after: int, done_after: int) -> None:
         self.polls = 0
