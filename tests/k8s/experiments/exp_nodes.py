@@ -10,6 +10,7 @@ import contextlib
 import os
 import signal
 import threading
+import uuid
 
 from tests.k8s.experiments.context import Ctx, expect, experiment, log, pod, pvc
 from tests.k8s.experiments.kube import holds, pod_ready, until
@@ -85,7 +86,11 @@ class Probe:
     whether one append-and-sync worked."""
 
     def __init__(self, ctx: Ctx, node: str, directory: str) -> None:
+        self.nodes, self.node = ctx.nodes, node
+        # Names this writer's shell on its node's command lines, for stop.
+        self.marker = f"csihp-probe-{uuid.uuid4().hex}"
         script = (
+            f"m={self.marker}; "
             f"cd {directory} || exit 1; i=0; while true; do i=$((i+1)); "
             "if echo probe-$i >> probe 2>/dev/null && sync probe 2>/dev/null; "
             "then echo ok $i; else echo FAIL $i; fi; "
@@ -105,6 +110,11 @@ class Probe:
         return bool(self.lines) and self.lines[-1].startswith("FAIL")
 
     def stop(self) -> None:
+        """Kill the writer in its node too: killing `docker exec` leaves the process it started
+        running, and its cwd would keep the lazily unmounted filesystem, and so its loop
+        device, alive."""
+        with contextlib.suppress(Exception):  # pkill exits 1 when the writer is gone already
+            self.nodes.exec(self.node, ["pkill", "-9", "-f", self.marker], 30)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=10)
