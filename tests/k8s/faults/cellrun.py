@@ -12,7 +12,8 @@ import traceback
 from tests.k8s.experiments import runner
 from tests.k8s.experiments.context import log
 from tests.k8s.experiments.kube import Failed
-from tests.k8s.faults.harness import Harness
+from tests.k8s.faults import hostside
+from tests.k8s.faults.harness import Harness, node_init_pid
 from tests.k8s.faults.killer import Kill, NotRunning
 from tests.k8s.faults.matrix import TRIGGERS, Cell, phase
 from tests.k8s.faults.observe import wait_for
@@ -42,6 +43,20 @@ def await_trigger(subject: Subject, cell: Cell, timeout: float) -> str:
     )
 
 
+def await_unstage_on_host(subject: Subject, node_init: int, timeout: float) -> str:
+    """The target-gone trigger read from the host, every few milliseconds: NodeUnstageVolume
+    ends sooner than one `docker exec` can look."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        where = subject.unstage_window(hostside.mount_points(node_init))
+        if where != "before":
+            return "in-phase" if where == "in" else "late"
+        time.sleep(0.002)
+    raise Failed(
+        f"timed out after {timeout:.0f} s waiting for the trigger: {TRIGGERS['target-gone']}"
+    )
+
+
 def run_cell(h: Harness, cell: Cell) -> CellResult:
     ns = namespace_of(cell.id)
     began = time.monotonic()
@@ -66,8 +81,12 @@ def run_cell(h: Harness, cell: Cell) -> CellResult:
                 h.args.back_timeout,
             )
             aimed = h.killer.aim(target)
+            init = node_init_pid(subject.a) if cell.trigger == "target-gone" else 0
             subject.act(cell.phase)
-            result.landed = await_trigger(subject, cell, h.args.timeout)
+            if init and aimed.host_pid:
+                result.landed = await_unstage_on_host(subject, init, h.args.timeout)
+            else:
+                result.landed = await_trigger(subject, cell, h.args.timeout)
             if h.args.delay:
                 time.sleep(h.args.delay)
             kill = h.killer.kill(target, aimed)

@@ -63,6 +63,11 @@ def lease_renewed_since(lease: dict[str, Any] | None, since: float) -> bool:
     return at > since
 
 
+def node_init_pid(node: str) -> int:
+    """The kind node container's init, as the host numbers it (0 when it is not running)."""
+    return int(docker("inspect", "-f", "{{.State.Pid}}", node, timeout=30).strip() or 0)
+
+
 @dataclass
 class Harness:
     args: argparse.Namespace
@@ -204,7 +209,7 @@ def setup(args: argparse.Namespace, kube: Kube) -> Harness:
         args,
         ctx,
         observer,
-        Killer(nodes, args.namespace, lambda r, n: ""),
+        Killer(nodes, args.namespace, lambda r, n: "", node_init_pid),
         planes[0],
         observer.pool_files(),
         args.results.parent / "logs",

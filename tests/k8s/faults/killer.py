@@ -5,12 +5,14 @@ the component that is down."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from tests.k8s.experiments.nodes import Nodes
+from tests.k8s.faults import hostside
 from tests.k8s.faults.matrix import Component, component
 
 
@@ -42,6 +44,8 @@ class Aim:
     pid: int
     # The process's start time in clock ticks since boot: with the pid, one process for ever.
     start: str
+    # Its pid on the host, when the host sees the node's processes (0: kill through the node).
+    host_pid: int = 0
 
 
 def start_time(stat: str) -> str:
@@ -92,10 +96,18 @@ class Killer:
     """Finds and kills a component in a node. `pod_prefix(role, node)` names the release's pod of
     a role (controller, node) on that node; static pods are found by their own name."""
 
-    def __init__(self, nodes: Nodes, driver_ns: str, pod_prefix: Callable[[str, str], str]) -> None:
+    def __init__(
+        self,
+        nodes: Nodes,
+        driver_ns: str,
+        pod_prefix: Callable[[str, str], str],
+        init_pid: Callable[[str], int] | None = None,
+    ) -> None:
         self.nodes = nodes
         self.driver_ns = driver_ns
         self.pod_prefix = pod_prefix
+        # A node's init as the host sees it (its container's pid), if the host sees it.
+        self.init_pid = init_pid
 
     def _container(self, comp: Component, node: str) -> str:
         if comp.kind == "static":
@@ -147,11 +159,23 @@ class Killer:
         before the action so that the kill after the trigger is one `docker exec`."""
         cid, pid = self.running(target)
         stat = self.nodes.exec(target.node, ["cat", f"/proc/{pid}/stat"], 30)
-        return Aim(cid, pid, start_time(stat))
+        start, on_host = start_time(stat), 0
+        if self.init_pid is not None:
+            with contextlib.suppress(Exception):  # the host may not see the node: exec then
+                found = hostside.host_pid(self.init_pid(target.node), pid)
+                if found and hostside.start_of(found) == start:
+                    on_host = found
+        return Aim(cid, pid, start, on_host)
 
     def kill(self, target: Target, aimed: Aim | None = None) -> Kill:
         """kill -9 of `aimed` if that very process still runs (its pid and start time: a pid
         reused meanwhile is never shot), else of what runs now."""
+        if (
+            aimed is not None
+            and aimed.host_pid
+            and hostside.kill_on_host(aimed.host_pid, aimed.start)
+        ):
+            return Kill(target, time.time(), aimed.pid, aimed.container)
         if aimed is not None:
             try:
                 self.nodes.exec(target.node, ["sh", "-c", aimed_kill(aimed)], 30)

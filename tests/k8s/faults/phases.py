@@ -117,6 +117,17 @@ class Subject:
     def _target_on_a(self) -> bool:
         return any(f"/pods/{self.uid}/" in p for p in self._a_paths())
 
+    def unstage_window(self, mount_points: list[str]) -> str:
+        """Where A's mounts are in the unstage: "before" (the pod's target there), "in" (the
+        target gone, the staging mount there) or "after" (both gone)."""
+        if any(f"/pods/{self.uid}/" in p for p in mount_points):
+            return "before"
+        marks = (inv.handle_sha(self.handle), f"/pv/{self.pv}/globalmount")
+        staged = any(
+            p.endswith("/globalmount") and any(m in p for m in marks) for p in mount_points
+        )
+        return "in" if staged else "after"
+
     # --- the phases ----------------------------------------------------------------------------
     def prepare(self, phase: str) -> None:
         k = self.ctx.kube
