@@ -20,7 +20,8 @@
 #   K8S_E2E_SKIP=RE          replace the default skip ([Disruptive], [Feature:SELinux], and the
 #                            any-volume-data-source spec, whose images can't be built here)
 #   K8S_E2E_DISRUPTIVE=1     run the [Disruptive] specs instead, one process, with an sshd in
-#                            each node (tools/cluster/node-ssh.sh) for their kubelet restarts
+#                            each node (tools/cluster/node-ssh.sh; tools/kind/node-ssh.sh on kind)
+#                            for their kubelet restarts
 #   K8S_E2E_LOCAL=0          leave out the local shape's release and specs
 #   K8S_E2E_KEEP=1           leave the cluster up at the end
 #   K8S_E2E_OUT=DIR          default .run/<cluster>/k8s-e2e (.run/kind-<name>-k8s-e2e on kind)
@@ -77,10 +78,6 @@ else
     'should provision storage with any volume data source'
 fi
 [ "$DISRUPTIVE" = 1 ] && PROCS=1
-if [ "$ON_KIND" = 1 ] && [ "$DISRUPTIVE" = 1 ]; then
-  echo "k8s-e2e: the [Disruptive] specs reach nodes over SSH, which kind nodes don't run" >&2
-  exit 2
-fi
 
 # Ginkgo ORs its --focus flags: every spec of the shared driver, and the local driver's topology
 # and capacity suites (the rest of the local shape runs the same code as the shared one).
@@ -170,10 +167,11 @@ step "cluster up (${CLUSTER_NAME:-default}$([ "$ON_KIND" = 0 ] || echo ", kind $
 run "${cluster_up[@]}"
 
 if [ "$DISRUPTIVE" = 1 ]; then
-  # The [Disruptive] specs stop and start a node's kubelet over SSH (tools/cluster/node-ssh.sh).
+  # The [Disruptive] specs stop and start a node's kubelet over SSH (tools/cluster/node-ssh.sh;
+  # on kind tools/kind/node-ssh.sh, whose sessions run in the node, under its systemd).
   step "an SSH server in each node, for the suite's kubelet restarts"
   if [ "$DRY_RUN" = 0 ]; then
-    KUBE_SSH_KEY_PATH=$(bash tools/cluster/node-ssh.sh up)
+    KUBE_SSH_KEY_PATH=$(bash "tools/$([ "$ON_KIND" = 1 ] && echo kind || echo cluster)/node-ssh.sh" up)
     export KUBE_SSH_KEY_PATH KUBE_SSH_USER=root
   fi
 fi

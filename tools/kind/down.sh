@@ -23,6 +23,8 @@ kind=$(kind_bin)
 
 # shellcheck disable=SC2207 # node names are single words
 nodes=($(cluster_nodes))
+# An sshd of node-ssh.sh holds its node's network namespace: stop them first.
+[ ! -d "$state/ssh" ] || bash "$here/node-ssh.sh" down
 if "$kind" get clusters 2>/dev/null | grep -qx "$KIND_CLUSTER"; then
   "$kind" delete cluster --name "$KIND_CLUSTER" --kubeconfig "$kubeconfig"
 fi
