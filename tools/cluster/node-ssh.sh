@@ -18,6 +18,8 @@ set -euo pipefail
 # shellcheck source=tools/cluster/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 load_settings
+# shellcheck source=tools/node-sshd.sh
+. "$CLUSTER_TOOLS/../node-sshd.sh"
 
 dir=$CLUSTER_RUN/ssh
 key=$dir/id_ed25519
@@ -27,33 +29,14 @@ cgroup=/$CLUSTER_TAG/ssh
 ssh_up() {
   local i name ip conf
   [ "$(id -u)" -eq 0 ] || die "node-ssh: needs root"
-  if [ ! -x "$sshd" ]; then
-    log "node-ssh: installing Debian's openssh-server (its own service is not started here)"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends openssh-server >&2
-  fi
-  mkdir -p "$dir" /run/sshd
-  chmod 700 "$dir"
-  [ -f "$dir/host_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -f "$dir/host_ed25519"
-  [ -f "$key" ] || ssh-keygen -q -t ed25519 -N '' -f "$key"
-  cp "$key.pub" "$dir/authorized_keys"
+  sshd_ready "$dir"
   make_cgroup "$cgroup"
   for ((i = 1; i <= CLUSTER_NODES; i++)); do
     name=$(node_name "$i")
     ip=$(node_ip "$i")
     conf=$dir/$name.sshd_config
-    cat >"$conf" <<EOF
-ListenAddress $ip:22
-HostKey $dir/host_ed25519
-AuthorizedKeysFile $dir/authorized_keys
-PermitRootLogin prohibit-password
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-UsePAM no
-StrictModes no
-PidFile $CLUSTER_RUN/pids/$name.sshd.pid
-SetEnv CLUSTER_NAME=$CLUSTER_NAME
-ForceCommand bash $CLUSTER_TOOLS/node-ssh.sh run $name
-EOF
+    sshd_config "$dir" "$ip" "$CLUSTER_RUN/pids/$name.sshd.pid" "CLUSTER_NAME=$CLUSTER_NAME" \
+      "bash $CLUSTER_TOOLS/node-ssh.sh run $name" >"$conf"
     if [ -f "$CLUSTER_RUN/pids/$name.sshd.pid" ] && running "$(cat "$CLUSTER_RUN/pids/$name.sshd.pid")"; then
       continue
     fi

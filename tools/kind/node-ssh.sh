@@ -19,6 +19,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 # shellcheck source=tools/kind/lib.sh
 . "$here/lib.sh"
+# shellcheck source=tools/node-sshd.sh
+. "$here/../node-sshd.sh"
 
 dir=$state/ssh
 key=$dir/id_ed25519
@@ -31,34 +33,15 @@ ssh_up() {
   [ "$(id -u)" -eq 0 ] || die "node-ssh: needs root"
   out=$(bash "$here/docker.sh" env) || die "node-ssh: no Docker answers"
   export "${out?}"
-  if [ ! -x "$sshd" ]; then
-    log "node-ssh: installing Debian's openssh-server (its own service is not started here)"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends openssh-server >&2
-  fi
-  mkdir -p "$dir" /run/sshd
-  chmod 700 "$dir"
-  [ -f "$dir/host_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -f "$dir/host_ed25519"
-  [ -f "$key" ] || ssh-keygen -q -t ed25519 -N '' -f "$key"
-  cp "$key.pub" "$dir/authorized_keys"
+  sshd_ready "$dir"
   for name in $(cluster_nodes); do
     alive "$dir/$name.pid" && continue
     pid=$(docker inspect -f '{{.State.Pid}}' "$name")
     ip=$(docker inspect -f '{{with index .NetworkSettings.Networks "kind"}}{{.IPAddress}}{{end}}' "$name")
     [ -n "$ip" ] && [ "$pid" -gt 0 ] || die "node-ssh: $name has no address on the kind network"
     conf=$dir/$name.sshd_config
-    cat >"$conf" <<EOF
-ListenAddress $ip:22
-HostKey $dir/host_ed25519
-AuthorizedKeysFile $dir/authorized_keys
-PermitRootLogin prohibit-password
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-UsePAM no
-StrictModes no
-PidFile $dir/$name.pid
-SetEnv $out KIND_CLUSTER=$KIND_CLUSTER
-ForceCommand bash $here/node-ssh.sh run $name
-EOF
+    sshd_config "$dir" "$ip" "$dir/$name.pid" "$out KIND_CLUSTER=$KIND_CLUSTER" \
+      "bash $here/node-ssh.sh run $name" >"$conf"
     nsenter --net="/proc/$pid/ns/net" -- "$sshd" -f "$conf" -E "$dir/$name.log"
     local i
     for ((i = 0; i < 50; i++)); do
