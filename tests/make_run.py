@@ -21,6 +21,22 @@ REPO = Path(__file__).resolve().parents[1]
 STOP_TIMEOUT = 60.0
 
 
+@contextmanager
+def sigint_not_ignored() -> Iterator[None]:
+    """Children started inside get SIGINT's default action, as from a terminal. A shell without
+    job control starts a background command with SIGINT ignored, and an ignored signal stays
+    ignored through fork and exec, down to make and the driver; a handler of Python's own is
+    reset to the default by exec."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if previous is signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @dataclass
 class MakeRun:
     """`make run RUN_DIR=...` in its own session (so no signal of the test's reaches it)."""
@@ -32,7 +48,7 @@ class MakeRun:
     def start(self, timeout: float = 120.0) -> MakeRun:
         socket = self.run_dir / "csi.sock"
         socket.unlink(missing_ok=True)
-        with open(self.log_path, "ab") as log:
+        with open(self.log_path, "ab") as log, sigint_not_ignored():
             self.proc = subprocess.Popen(
                 ["make", "-s", "-C", str(REPO), "run", f"RUN_DIR={self.run_dir}", "NODE_ID=node-a"],
                 stdout=log,
