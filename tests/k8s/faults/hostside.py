@@ -61,10 +61,16 @@ def _descends(pid: int, ancestor: int, proc: Path) -> bool:
     return False
 
 
-def start_of(pid: int, proc: Path = PROC) -> str:
-    """Field 22 of /proc/PID/stat (clock ticks since boot: the same seen from any namespace)."""
-    stat = (proc / str(pid) / "stat").read_text()
+def start_time(stat: str) -> str:
+    """Field 22 of a /proc/PID/stat, the start in clock ticks since boot (the same seen from any
+    namespace); the fields are counted after the command's closing parenthesis, as the command
+    itself may hold spaces."""
     return stat[stat.rindex(")") + 2 :].split()[19]
+
+
+def start_of(pid: int, proc: Path = PROC) -> str:
+    """The start time of the host's process `pid`."""
+    return start_time((proc / str(pid) / "stat").read_text())
 
 
 def kill_on_host(pid: int, start: str, proc: Path = PROC) -> bool:

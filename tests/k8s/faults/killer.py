@@ -48,13 +48,6 @@ class Aim:
     host_pid: int = 0
 
 
-def start_time(stat: str) -> str:
-    """Field 22 of /proc/PID/stat; the fields are counted after the command's closing
-    parenthesis, as the command itself may hold spaces."""
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return fields[19]
-
-
 def aimed_kill(aim: Aim) -> str:
     """A shell line that kills the aimed process only if its start time is still the aim's, and
     exits non-zero otherwise."""
@@ -159,7 +152,7 @@ class Killer:
         before the action so that the kill after the trigger is one `docker exec`."""
         cid, pid = self.running(target)
         stat = self.nodes.exec(target.node, ["cat", f"/proc/{pid}/stat"], 30)
-        start, on_host = start_time(stat), 0
+        start, on_host = hostside.start_time(stat), 0
         if self.init_pid is not None:
             with contextlib.suppress(Exception):  # the host may not see the node: exec then
                 found = hostside.host_pid(self.init_pid(target.node), pid)

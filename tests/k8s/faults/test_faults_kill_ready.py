@@ -14,7 +14,8 @@ from typing import Any
 
 from tests.k8s.faults import main as faults_main
 from tests.k8s.faults.harness import Harness, lease_renewed_since
-from tests.k8s.faults.killer import Aim, Killer, Target, aimed_kill, start_time
+from tests.k8s.faults.hostside import start_time
+from tests.k8s.faults.killer import Aim, Killer, Target, aimed_kill
 from tests.k8s.faults.test_faults_offline import CRICTL_PS, FakeNodes
 
 
