@@ -108,25 +108,25 @@ class Subject:
     def _a_paths(self) -> list[str]:
         return inv.csi_targets(self.observer.mounts(self.a))
 
-    def _staged_on_a(self) -> bool:
+    def _staged_in(self, mount_points: list[str]) -> bool:
         marks = (inv.handle_sha(self.handle), f"/pv/{self.pv}/globalmount")
-        return any(
-            p.endswith("/globalmount") and any(m in p for m in marks) for p in self._a_paths()
-        )
+        return any(p.endswith("/globalmount") and any(m in p for m in marks) for p in mount_points)
+
+    def _target_in(self, mount_points: list[str]) -> bool:
+        return any(f"/pods/{self.uid}/" in p for p in mount_points)
+
+    def _staged_on_a(self) -> bool:
+        return self._staged_in(self._a_paths())
 
     def _target_on_a(self) -> bool:
-        return any(f"/pods/{self.uid}/" in p for p in self._a_paths())
+        return self._target_in(self._a_paths())
 
     def unstage_window(self, mount_points: list[str]) -> str:
         """Where A's mounts are in the unstage: "before" (the pod's target there), "in" (the
         target gone, the staging mount there) or "after" (both gone)."""
-        if any(f"/pods/{self.uid}/" in p for p in mount_points):
+        if self._target_in(mount_points):
             return "before"
-        marks = (inv.handle_sha(self.handle), f"/pv/{self.pv}/globalmount")
-        staged = any(
-            p.endswith("/globalmount") and any(m in p for m in marks) for p in mount_points
-        )
-        return "in" if staged else "after"
+        return "in" if self._staged_in(mount_points) else "after"
 
     # --- the phases ----------------------------------------------------------------------------
     def prepare(self, phase: str) -> None:

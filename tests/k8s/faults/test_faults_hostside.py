@@ -5,8 +5,6 @@ from __future__ import annotations
 import hashlib
 import subprocess
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 
 from tests.k8s.faults import hostside
 from tests.k8s.faults.phases import Subject
@@ -66,11 +64,11 @@ def test_mount_points_are_the_fifth_field(tmp_path: Path) -> None:
 
 
 def test_the_unstage_window_is_the_target_gone_and_the_staging_mount_there() -> None:
-    subject: Any = SimpleNamespace(uid="u1", handle="vol-1", pv="pv-1")
+    subject = Subject.__new__(Subject)  # only the names the window reads
+    subject.uid, subject.handle, subject.pv = "u1", "vol-1", "pv-1"
     sha = hashlib.sha256(b"vol-1").hexdigest()
     stage = f"/var/lib/kubelet/plugins/kubernetes.io/csi/d/{sha}/globalmount"
     target = "/var/lib/kubelet/pods/u1/volumes/kubernetes.io~csi/pv-1/mount"
-    window = Subject.unstage_window
-    assert window(subject, [stage, target]) == "before"
-    assert window(subject, [stage]) == "in"
-    assert window(subject, ["/proc"]) == "after"
+    assert subject.unstage_window([stage, target]) == "before"
+    assert subject.unstage_window([stage]) == "in"
+    assert subject.unstage_window(["/proc"]) == "after"
