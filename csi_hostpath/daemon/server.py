@@ -39,6 +39,7 @@ from csi_hostpath.service.controller.remote_freeze import RemoteFreeze
 from csi_hostpath.service.ledger_view import ledger_view
 from csi_hostpath.service.metrics import Metrics, build_metrics
 from csi_hostpath.service.node import NodeService
+from csi_hostpath.service.node.node_context import NodeContext
 from csi_hostpath.service.readiness import Readiness
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.freeze_channel import FreezeChannel
@@ -165,6 +166,15 @@ class ControllerParts:
     freeze: ReentrantFreeze
 
 
+def _node_service(
+    config: Config, store: Store, system: System, layout: PoolLayout
+) -> NodeService | None:
+    if not config.serves_node:
+        return None
+    # The node role's one read of the Config; its parts share what it carries.
+    return NodeService(NodeContext.from_config(config, store, system, layout))
+
+
 def _controller_parts(
     config: Config, store: Store, system: System, layout: PoolLayout, node: NodeService | None
 ) -> ControllerParts | None:
@@ -194,7 +204,7 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
             from csi_hostpath.system.linux import linux_system
 
             system = linux_system(config.pool_dir)
-        node = NodeService(config, store, system, layout) if config.serves_node else None
+        node = _node_service(config, store, system, layout)
         parts = _controller_parts(config, store, system, layout, node)
         controller = parts.service if parts is not None else None
         ledger = parts.ledger if parts is not None else None

@@ -60,6 +60,28 @@ def config_reads(source: str, module: str) -> list[str]:
     return [text for _, text in sorted(found)]
 
 
+def config_takers(source: str, module: str) -> list[str]:
+    """Every function but from_config with a parameter annotated Config, as module:line text:
+    a part takes its role's context, so the daemon hands the Config to the maker alone."""
+    tree = ast.parse(source, module)
+    return [
+        f"{module}:{func.lineno} {func.name} takes a Config"
+        for func in ast.walk(tree)
+        if isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef)
+        and func.name != MAKER
+        and _config_params(ast.Module(body=[func], type_ignores=[]))
+    ]
+
+
+def role_modules(root: Path = PACKAGE) -> list[tuple[str, str]]:
+    """(module name, source) of every module of the roles."""
+    return [
+        (".".join(path.relative_to(root).with_suffix("").parts), path.read_text())
+        for role in ROLES
+        for path in sorted((root / role).rglob("*.py"))
+    ]
+
+
 def role_violations(root: Path = PACKAGE) -> list[str]:
     found = []
     for role in ROLES:
@@ -72,6 +94,25 @@ def role_violations(root: Path = PACKAGE) -> list[str]:
 def test_each_role_reads_the_config_only_in_its_contexts_from_config() -> None:
     found = role_violations()
     assert found == [], "\n".join(found)
+
+
+def test_no_part_of_a_role_takes_the_config() -> None:
+    found = [text for module, source in role_modules() for text in config_takers(source, module)]
+    assert found == [], "\n".join(found)
+
+
+def test_a_part_that_takes_the_config_is_found() -> None:
+    body = (
+        "class Ctx:\n"
+        "    @classmethod\n"
+        "    def from_config(cls, config: Config) -> object:\n"
+        "        return cls(config.node_id)\n"
+        "class Service:\n"
+        "    def __init__(self, config: 'Config', store) -> None:\n"
+        "        self.ctx = Ctx.from_config(config)\n"
+    )
+    found = config_takers(HEAD + body, "service.node.example")
+    assert found == ["service.node.example:7 __init__ takes a Config"], found
 
 
 def test_each_role_has_its_one_reader() -> None:

@@ -38,7 +38,6 @@ from csi_hostpath.core.model import (
     NodeStaging,
 )
 from csi_hostpath.core.naming import is_volume_id, loop_tag, node_key
-from csi_hostpath.daemon.config import Config
 from csi_hostpath.service.node._log import log
 from csi_hostpath.service.node.adopt import Unclaimed
 from csi_hostpath.service.node.agent import NodeAgent
@@ -52,19 +51,16 @@ from csi_hostpath.service.node.paths import DriverDirs, check_path, mounted_at
 from csi_hostpath.service.node.repair import NodeRepair
 from csi_hostpath.service.node.stats import StagedVolumes, VolumeStats
 from csi_hostpath.service.node.tuning import NodeTuning
-from csi_hostpath.store.db import Store
 from csi_hostpath.store.mutable_records import MutableRecords
-from csi_hostpath.store.pool_layout import PoolLayout
-from csi_hostpath.system.base import System
 
 
 class NodeService:
-    def __init__(self, config: Config, store: Store, system: System, layout: PoolLayout) -> None:
-        ctx = self.ctx = NodeContext.from_config(config, store, system, layout)
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
         self.node_id = ctx.node_id
-        self.store = store
-        self.system = system
-        self.layout = layout
+        self.store = ctx.store
+        self.system = system = ctx.system
+        self.layout = layout = ctx.layout
         self.inflight = ctx.inflight
         # Each job in its own part; NodeService keeps the RPC use-cases and wires them together.
         self.mounts = NodeMounts(ctx)
