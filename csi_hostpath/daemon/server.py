@@ -5,8 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -137,24 +135,6 @@ class Driver:
                 log.exception("periodic driver pass failed; trying again")
 
 
-def _freeze_everywhere(
-    ctx: ControllerContext, channel: FreezeChannel, node: NodeService | None
-) -> Callable[[str], AbstractContextManager[None]]:
-    """The volume frozen wherever it may be mounted: on this process's own node in-process, and
-    on every other node the lease names through the pool (service/controller/remote_freeze.py)."""
-    dropped = channel.withdraw_all()  # a starting controller has no copy in flight
-    if dropped:
-        log.warning("repair: withdrew %d freeze request(s) a previous controller left", dropped)
-    remote = RemoteFreeze(ctx, channel)
-
-    @contextmanager
-    def both(volume_id: str) -> Iterator[None]:
-        with node.frozen(volume_id) if node else nullcontext(), remote(volume_id):
-            yield
-
-    return both
-
-
 @dataclass(frozen=True, slots=True)
 class ControllerParts:
     """The controller role, where this process is a controller: its context, the service, the
@@ -182,8 +162,12 @@ def _controller_parts(
         return None
     # The controller role's one read of the Config; its parts share what it carries.
     ctx = ControllerContext.from_config(config, store, system, layout)
-    # Re-entrant, so a group snapshot's freeze of every member covers each member's cut.
-    freeze = ReentrantFreeze(_freeze_everywhere(ctx, FreezeChannel(config.pool_dir), node))
+    remote = RemoteFreeze(ctx, FreezeChannel(config.pool_dir))
+    remote.withdraw_left_over()
+    # The volume frozen wherever it may be mounted: on this process's own node in-process, and
+    # on every other node the lease names, through the pool. Re-entrant, so a group snapshot's
+    # freeze of every member covers each member's cut.
+    freeze = ReentrantFreeze(remote) if node is None else ReentrantFreeze(node.frozen, remote)
     service = ControllerService(ctx, freeze)
     return ControllerParts(ctx, service, PublishLedger.from_context(ctx), freeze)
 

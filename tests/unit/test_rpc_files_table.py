@@ -100,3 +100,12 @@ def test_each_fake_class_has_a_linux_counterpart_or_is_the_kernel() -> None:
     """A fake class added later must be given its Linux class before a row can count it."""
     fake = _classes(PACKAGE / "system" / "fake")
     assert fake == set(STANDS_IN_FOR) | KERNEL_CLASSES
+
+
+def test_no_call_runs_the_daemons_code(measured: dict[str, Measured]) -> None:
+    """daemon/ wires the roles together at start; a call's way runs through api/ and below."""
+    found = {
+        rpc: sorted(f for f in m.files if f.startswith("daemon/") and f != "daemon/config.py")
+        for rpc, m in measured.items()
+    }
+    assert {rpc: files for rpc, files in found.items() if files} == {}

@@ -53,6 +53,13 @@ class RemoteFreeze:
         self.max_seconds = ctx.max_freeze_seconds
         self.timing = timing
 
+    def withdraw_left_over(self) -> None:
+        """Withdraw every ask a previous controller left: a starting controller has no copy in
+        flight, and a node keeps a volume frozen while an ask stands."""
+        dropped = self.channel.withdraw_all()
+        if dropped:
+            log.warning("repair: withdrew %d freeze request(s) a previous controller left", dropped)
+
     def nodes_for(self, volume_id: str) -> list[str]:
         """The nodes that may have the volume mounted: the lease's holders (the ledger's word),
         without the node this process serves itself."""
