@@ -63,7 +63,7 @@ doctor: install  ## check this machine (loop devices, tools, kernel, pool) and s
 	$(VENV)/bin/csi-hostpath doctor --state-dir $(RUN_DIR)/state --endpoint $(ENDPOINT)
 
 # The venv's ruff, the one `install` put there, so the format check is the same everywhere.
-lint: install  ## ruff check, ruff format --check (every Python file), mypy --strict on the package
+lint: install  ## ruff check, ruff format --check (every Python file), mypy --strict on the package and tests
 	$(VENV)/bin/ruff check csi_hostpath tests
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy

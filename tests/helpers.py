@@ -24,7 +24,8 @@ def create(
     request = rq.create_volume(name, cap, size)
     if kw:
         request.MergeFrom(pb.CreateVolumeRequest(**kw))
-    return client.controller.CreateVolume(request).volume
+    response: pb.CreateVolumeResponse = client.controller.CreateVolume(request)
+    return response.volume
 
 
 def publish(

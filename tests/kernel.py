@@ -145,6 +145,12 @@ def backed_under(root: Path) -> Callable[[HeldLoop], bool]:
     return ours
 
 
+def _same_attachment(was: HeldLoop) -> Callable[[HeldLoop], bool]:
+    """The test for release_loop: the device still holds the attachment `was` describes, by its
+    backing file's identity and its tag (the number may serve another process's attach by now)."""
+    return lambda now: (now.identity, now.tag) == (was.identity, was.tag)
+
+
 def _files_under(root: Path) -> set[tuple[int, int]]:
     found: set[tuple[int, int]] = set()
     top = os.lstat(root).st_dev if root.exists() else None
@@ -260,7 +266,7 @@ def cleanup_kernel(root: Path, *, thorough: bool = True) -> None:
     # (a test's small tmpfs pool) no longer shows under root once that mount is detached. What
     # each one is, is kept: after the unmounts its number may serve another process's attach.
     under = backed_under(root)
-    before = {}
+    before: dict[str, HeldLoop] = {}
     for dev in loops_backed_under(root):
         held = held_loop(dev)
         if held is not None and under(held):
@@ -275,7 +281,7 @@ def cleanup_kernel(root: Path, *, thorough: bool = True) -> None:
         if not mounts_under(root):
             break
     for dev, was in before.items():
-        release_loop(dev, lambda now, was=was: (now.identity, now.tag) == (was.identity, was.tag))
+        release_loop(dev, _same_attachment(was))
     for attempt in range(50):
         devices = loops_backed_under(root)
         if not devices:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import shutil
 from functools import cache
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -43,13 +42,13 @@ def missing_reason(*tools: str) -> str | None:
     return f"needs {', '.join(missing)}: apt-get install {' '.join(pkgs)}"
 
 
-def needs_tools(*tools: str) -> Any:
+def needs_tools(*tools: str) -> pytest.MarkDecorator:
     """A skip marker for a test (or a pytest.param) that runs these tools."""
     reason = missing_reason(*tools)
     return pytest.mark.skipif(reason is not None, reason=reason or "")
 
 
-def needs_fs(fs_type: str) -> Any:
+def needs_fs(fs_type: str) -> pytest.MarkDecorator:
     """A skip marker for a test that formats, mounts or grows this filesystem type."""
     return needs_tools(*FS_TOOLS.get(fs_type, ()))
 

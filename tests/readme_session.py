@@ -64,7 +64,7 @@ _MASKS = [
     (re.compile(r"/dev/loop\d+"), "/dev/loopN"),
 ]
 # Tables whose columns hold what a run uses: masked by position under their header.
-_USAGE_COLUMNS = {
+_USAGE_COLUMNS: dict[tuple[str, ...], tuple[int, ...]] = {
     ("NAME", "FS", "SIZE", "ALLOCATED", "USED"): (3, 4),
     ("Filesystem", "Size", "Used", "Avail", "Use%"): (2, 3, 4),
 }

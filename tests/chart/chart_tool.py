@@ -70,7 +70,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def _construct_unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
     seen: set[Any] = set()
     for key_node, _ in node.value:
-        key = loader.construct_object(key_node)  # type: ignore[no-untyped-call]
+        key = loader.construct_object(key_node)
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key {key!r}", key_node.start_mark

@@ -18,7 +18,7 @@ import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
 from tests import helpers as h
-from tests.conftest import Client
+from tests.conftest import Client, DriverProcess
 from tests.kernel import loops_backed_under
 
 C = grpc.StatusCode
@@ -34,7 +34,8 @@ def node_id() -> str:
 @pytest.fixture
 def drv(spawn: Any, node_id: str) -> Client:
     """A real `--mode all` driver process in local scope."""
-    _handle, client = spawn("drv", node_id=node_id)
+    started: tuple[DriverProcess, Client | None] = spawn("drv", node_id=node_id)
+    _handle, client = started
     assert client is not None
     return client
 
@@ -53,7 +54,7 @@ def _code(call: Callable[[], Any]) -> grpc.StatusCode:
     try:
         call()
     except grpc.RpcError as e:
-        return e.code()  # type: ignore[no-any-return]
+        return e.code()
     return C.OK
 
 

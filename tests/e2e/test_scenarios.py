@@ -40,7 +40,7 @@ def assert_node_clean(cluster: Cluster, node: str) -> None:
     ids=["SINGLE_NODE_WRITER", "SINGLE_NODE_MULTI_WRITER"],
 )
 def test_s1_rwo_two_pods_on_one_node_share_one_file(
-    make_cluster: Callable[..., Cluster], workdir: Path, mode: int
+    make_cluster: Callable[..., Cluster], workdir: Path, mode: Mode.Mode.ValueType
 ) -> None:
     """RWO (Kubernetes sends SINGLE_NODE_MULTI_WRITER when the driver advertises it, else
     SINGLE_NODE_WRITER): two pods on one node mount the volume and read and write one file."""

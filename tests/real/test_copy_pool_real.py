@@ -38,7 +38,7 @@ def held_copies(workdir: Path) -> Iterator[tuple[Client, HeldCopy]]:
     def held(pool_dir: Path) -> System:
         real = linux_system(pool_dir)
         pools.append(HeldCopy(real.pool))
-        return dataclasses.replace(real, pool=pools[0])  # type: ignore[arg-type]
+        return dataclasses.replace(real, pool=pools[0])
 
     with in_process(workdir, "copies", "--workers", str(WORKERS), system=held) as client:
         try:

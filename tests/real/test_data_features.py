@@ -56,9 +56,10 @@ def _sync_write(path: Path, data: bytes) -> None:
 
 
 def _snapshot(driver: Client, source: str, name: str) -> pb.Snapshot:
-    return driver.controller.CreateSnapshot(
+    reply: pb.CreateSnapshotResponse = driver.controller.CreateSnapshot(
         pb.CreateSnapshotRequest(source_volume_id=source, name=name)
-    ).snapshot
+    )
+    return reply.snapshot
 
 
 def _from_source(
@@ -70,14 +71,15 @@ def _from_source(
         if kind == "snapshot"
         else pb.VolumeContentSource(volume=pb.VolumeContentSource.VolumeSource(**source))
     )
-    return driver.controller.CreateVolume(
+    reply: pb.CreateVolumeResponse = driver.controller.CreateVolume(
         pb.CreateVolumeRequest(
             name=name,
             volume_capabilities=[cap],
             volume_content_source=content,
             capacity_range=pb.CapacityRange(required_bytes=size),
         )
-    ).volume
+    )
+    return reply.volume
 
 
 @pytest.mark.parametrize(
@@ -229,14 +231,15 @@ def test_topology_requisite_elsewhere_is_resource_exhausted(driver: Client) -> N
             requisite=[pb.Topology(segments={TOPOLOGY_KEY: n}) for n in nodes],
             preferred=[pb.Topology(segments={TOPOLOGY_KEY: n}) for n in preferred],
         )
-        return driver.controller.CreateVolume(
+        reply: pb.CreateVolumeResponse = driver.controller.CreateVolume(
             pb.CreateVolumeRequest(
                 name=name,
                 volume_capabilities=[cap],
                 accessibility_requirements=req,
                 capacity_range=pb.CapacityRange(required_bytes=32 * MiB),
             )
-        ).volume
+        )
+        return reply.volume
 
     h.expect_code(C.RESOURCE_EXHAUSTED, create_for, "elsewhere", ["node-b"], ["node-b"])
     vol = create_for("here", ["node-b", "node-a"], ["node-a"])
@@ -256,14 +259,16 @@ def test_health_reports_a_deleted_backing_file(driver: Client, mount: Any, workd
     m = mount(vol, cap, "doomed")
 
     def controller_condition() -> pb.VolumeCondition:
-        return driver.controller.ControllerGetVolume(
+        reply: pb.ControllerGetVolumeResponse = driver.controller.ControllerGetVolume(
             pb.ControllerGetVolumeRequest(volume_id=vol.volume_id)
-        ).status.volume_condition
+        )
+        return reply.status.volume_condition
 
     def node_condition() -> pb.VolumeCondition:
-        return driver.node.NodeGetVolumeStats(
+        reply: pb.NodeGetVolumeStatsResponse = driver.node.NodeGetVolumeStats(
             pb.NodeGetVolumeStatsRequest(volume_id=vol.volume_id, volume_path=str(m.target))
-        ).volume_condition
+        )
+        return reply.volume_condition
 
     assert not controller_condition().abnormal and not node_condition().abnormal
     backing = workdir / "drv-state" / "pool" / "volumes" / f"{vol.volume_id}.img"

@@ -40,21 +40,23 @@ def mounted(
 
 
 def _expand(driver: Client, volume_id: str, size: int) -> pb.ControllerExpandVolumeResponse:
-    return driver.controller.ControllerExpandVolume(
+    reply: pb.ControllerExpandVolumeResponse = driver.controller.ControllerExpandVolume(
         pb.ControllerExpandVolumeRequest(
             volume_id=volume_id, capacity_range=pb.CapacityRange(required_bytes=size)
         )
     )
+    return reply
 
 
 def _node_expand(driver: Client, m: Mounted, size: int) -> pb.NodeExpandVolumeResponse:
-    return driver.node.NodeExpandVolume(
+    reply: pb.NodeExpandVolumeResponse = driver.node.NodeExpandVolume(
         pb.NodeExpandVolumeRequest(
             volume_id=m.vol.volume_id,
             volume_path=str(m.target),
             capacity_range=pb.CapacityRange(required_bytes=size),
         )
     )
+    return reply
 
 
 def _device_size(m: Mounted) -> int:

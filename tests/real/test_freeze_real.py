@@ -42,9 +42,10 @@ C = grpc.StatusCode
 
 
 def snapshot(client: Any, volume_id: str, name: str, timeout: float = 60) -> pb.Snapshot:
-    return client.controller.CreateSnapshot(
+    reply: pb.CreateSnapshotResponse = client.controller.CreateSnapshot(
         pb.CreateSnapshotRequest(source_volume_id=volume_id, name=name), timeout=timeout
-    ).snapshot
+    )
+    return reply.snapshot
 
 
 def writes_within(directory: Path, seconds: float) -> bool:
@@ -181,7 +182,7 @@ def held_driver(workdir: Path, *extra: str) -> Iterator[tuple[Client, HeldCopy]]
     def held(pool_dir: Path) -> System:
         real = linux_system(pool_dir)
         pools.append(HeldCopy(real.pool))
-        return dataclasses.replace(real, pool=pools[0])  # type: ignore[arg-type]
+        return dataclasses.replace(real, pool=pools[0])
 
     with in_process(workdir, "held", *extra, system=held) as client:
         try:

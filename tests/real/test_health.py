@@ -77,9 +77,10 @@ def _storage(client: Client) -> list[tuple[int, str]]:
 
 
 def _condition(client: Client, volume_id: str, target: Path) -> pb.VolumeCondition:
-    return client.node.NodeGetVolumeStats(
+    reply: pb.NodeGetVolumeStatsResponse = client.node.NodeGetVolumeStats(
         pb.NodeGetVolumeStatsRequest(volume_id=volume_id, volume_path=str(target))
-    ).volume_condition
+    )
+    return reply.volume_condition
 
 
 @contextlib.contextmanager

@@ -27,6 +27,7 @@ from csi_hostpath.core.naming import loop_tag
 from csi_hostpath.system.base import LoopDevice
 from csi_hostpath.system.linux.loop import LinuxLoop
 from tests import helpers as h
+from tests.conftest import Client, DriverProcess
 
 # The container: its own mount namespace (copied from the node's, so the kubelet directory stays
 # a peer), a copy of / with the pool bound elsewhere, and the plugin chrooted into it.
@@ -81,9 +82,13 @@ def test_a_restarted_plugin_in_a_new_container_claims_its_devices(
                         node_id="controller")  # fmt: skip
         plugin_args = ("node", "--mode", "node", *shared, "--pool-dir", str(elsewhere))
 
-        def plugin(n: int) -> tuple[Any, Any]:
+        def plugin(n: int) -> tuple[DriverProcess, Client]:
             prefix = container(node.pid, workdir / f"root-{n}", pool, elsewhere)
-            return spawn(*plugin_args, node_id="node-a", prefix=prefix)
+            started: tuple[DriverProcess, Client | None]
+            started = spawn(*plugin_args, node_id="node-a", prefix=prefix)
+            handle, client = started
+            assert client is not None  # spawn starts it unless told start=False
+            return handle, client
 
         first, client = plugin(1)
         cap = h.mount_cap("ext4")

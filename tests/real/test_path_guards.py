@@ -12,6 +12,7 @@ from pathlib import Path
 
 import grpc
 
+from csi_hostpath._pb import csi_pb2 as pb
 from tests import helpers as h
 from tests.conftest import Client
 from tests.kernel import loops_backed_under
@@ -20,7 +21,7 @@ INVALID = grpc.StatusCode.INVALID_ARGUMENT
 
 
 def _staged(
-    driver: Client, workdir: Path, cap: object, name: str
+    driver: Client, workdir: Path, cap: pb.VolumeCapability, name: str
 ) -> tuple[str, Path, dict[str, str]]:
     vol = h.create(driver, name, cap)
     ctx = h.publish(driver, vol.volume_id, "node-a", cap)

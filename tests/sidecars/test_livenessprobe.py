@@ -55,6 +55,12 @@ class Identity(pb_grpc.IdentityServicer):
     def GetPluginInfo(self, request: Any, context: Any) -> pb.GetPluginInfoResponse:
         return pb.GetPluginInfoResponse(name="fake.csi.dev", vendor_version="1")
 
+    def GetPluginCapabilities(self, request: Any, context: Any) -> pb.GetPluginCapabilitiesResponse:
+        # livenessprobe never asks: the generated servicer's answer, written out.
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details("Method not implemented!")
+        raise NotImplementedError("Method not implemented!")
+
     def Probe(self, request: Any, context: Any) -> pb.ProbeResponse:
         if self.hold is not None:
             self.hold.wait(60)

@@ -120,7 +120,12 @@ def test_a_detach_right_after_watch_is_heard_however_late_its_thread_starts(
     monkeypatch.setattr(pyudev.MonitorObserver, "run", late_run)
     with _a_device_nobody_else_takes(env.file("vol", EXT4_SIZE)) as device:
         detached = threading.Event()
-        stop = env.system.loop.watch(lambda path: path == device and detached.set())
+
+        def report(path: str) -> None:
+            if path == device:
+                detached.set()
+
+        stop = env.system.loop.watch(report)
         try:
             # losetup tags the device with the backing file's path.
             (ours,) = [d for d in env.system.loop.list(str(env.work)) if d.path == device]

@@ -36,11 +36,13 @@ def test_counted_write_errors_reach_both_health_rpcs(tmp_path: Path) -> None:
 
         def node(volume_id: str, target: Path) -> pb.VolumeCondition:
             request = pb.NodeGetVolumeStatsRequest(volume_id=volume_id, volume_path=str(target))
-            return client.node.NodeGetVolumeStats(request).volume_condition
+            reply: pb.NodeGetVolumeStatsResponse = client.node.NodeGetVolumeStats(request)
+            return reply.volume_condition
 
         def controller(volume_id: str) -> pb.VolumeCondition:
             request = pb.ControllerGetVolumeRequest(volume_id=volume_id)
-            return client.controller.ControllerGetVolume(request).status.volume_condition
+            reply: pb.ControllerGetVolumeResponse = client.controller.ControllerGetVolume(request)
+            return reply.status.volume_condition
 
         assert node(sick.volume_id, sick_target).abnormal
         assert "I/O errors" in node(sick.volume_id, sick_target).message

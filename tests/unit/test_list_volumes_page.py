@@ -25,7 +25,10 @@ def test_a_page_is_one_query_with_its_holders(
     h.publish(client, ids[1], "node-b", reader, readonly=True)
     h.publish(client, ids[1], "node-a", reader, readonly=True)
     h.publish(client, ids[4], "node-a", reader, readonly=True)
-    expected = {v: [] for v in ids} | {ids[1]: ["node-b", "node-a"], ids[4]: ["node-a"]}
+    expected: dict[str, list[str]] = {v: [] for v in ids} | {
+        ids[1]: ["node-b", "node-a"],
+        ids[4]: ["node-a"],
+    }
 
     def whole_ledger(*args: object, **kwargs: object) -> None:
         raise AssertionError("ListVolumes loaded every publication")

@@ -41,7 +41,7 @@ def test_a_failing_reconcile_item_is_logged_retried_and_never_stops_the_plugin(
     def flaky(pool_dir: Path) -> System:
         base = fake_system(pool_dir)
         loop = FlakyLoop(base.loop, failures=2)
-        return System(base.pool, loop, base.fs, base.mounts, base.devices, base.io)  # type: ignore[arg-type]
+        return System(base.pool, loop, base.fs, base.mounts, base.devices, base.io)
 
     caplog.set_level(logging.INFO, logger="csi_hostpath")
     with in_process(workdir, "flaky", "--fence-interval", "0.1", system=flaky) as client:

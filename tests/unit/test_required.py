@@ -22,7 +22,9 @@ REQUESTS = {
 # A value that makes each kind of field present.
 CAP = pb.VolumeCapability(
     mount=pb.VolumeCapability.MountVolume(),
-    access_mode=pb.VolumeCapability.AccessMode(mode=1),
+    access_mode=pb.VolumeCapability.AccessMode(
+        mode=pb.VolumeCapability.AccessMode.SINGLE_NODE_WRITER
+    ),
 )
 
 

@@ -152,7 +152,7 @@ def _built(node: ast.expr, lower: set[str]) -> bool:
 
 def _lower_methods(tree: ast.Module, package: str) -> set[str]:
     """The names of the methods of every class the module imports from the layers below."""
-    found = set()
+    found: set[str] = set()
     for node in _lower_imports(tree, package):
         imported = importlib.import_module(str(node.module))
         for alias in node.names:

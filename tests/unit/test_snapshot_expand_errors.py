@@ -27,9 +27,10 @@ UNKNOWN_SNAPSHOT = "snap-" + "0" * 32
 
 
 def snapshot(client: Client, source: str, name: str) -> pb.Snapshot:
-    return client.controller.CreateSnapshot(
+    reply: pb.CreateSnapshotResponse = client.controller.CreateSnapshot(
         pb.CreateSnapshotRequest(source_volume_id=source, name=name)
-    ).snapshot
+    )
+    return reply.snapshot
 
 
 def expand(client: Client, volume_id: str, required: int, limit: int = 0) -> Any:
@@ -83,7 +84,7 @@ def test_snapshot_operation_pending_aborted(workdir: Path) -> None:
     def slow_system(pool_dir: Path) -> System:
         base = fake_system(pool_dir)
         pools.append(SlowCopyPool(base.pool))
-        return System(pools[0], base.loop, base.fs, base.mounts, base.devices, base.io)  # type: ignore[arg-type]
+        return System(pools[0], base.loop, base.fs, base.mounts, base.devices, base.io)
 
     with in_process(workdir, "g", system=slow_system) as client:
         pool = pools[0]

@@ -39,7 +39,8 @@ def _create_from(client: Client, name: str, source: pb.VolumeContentSource) -> p
     request = pb.CreateVolumeRequest(
         name=name, volume_capabilities=[h.mount_cap("ext4")], volume_content_source=source
     )
-    return client.controller.CreateVolume(request).volume
+    reply: pb.CreateVolumeResponse = client.controller.CreateVolume(request)
+    return reply.volume
 
 
 def _restore(client: Client, name: str, snapshot_id: str) -> pb.Volume:
@@ -125,7 +126,8 @@ def test_a_snapshot_asked_for_another_node_is_resource_exhausted(
             name=name,
             accessibility_requirements=pb.TopologyRequirement(requisite=wanted, preferred=wanted),
         )
-        return a.controller.CreateSnapshot(request).snapshot
+        reply: pb.CreateSnapshotResponse = a.controller.CreateSnapshot(request)
+        return reply.snapshot
 
     err = h.expect_code(C.RESOURCE_EXHAUSTED, snapshot, "elsewhere", "node-b")
     assert "node-a" in (err.details() or "")

@@ -21,8 +21,9 @@ MiB = 1 << 20
 KEY = "topology.loop.hostpath.csi.dev/node"
 
 
-def _capacity(client: Client, **kw: object) -> pb.GetCapacityResponse:
-    return client.controller.GetCapacity(pb.GetCapacityRequest(**kw))  # type: ignore[arg-type]
+def _capacity(client: Client) -> pb.GetCapacityResponse:
+    reply: pb.GetCapacityResponse = client.controller.GetCapacity(pb.GetCapacityRequest())
+    return reply
 
 
 def test_sparse_volumes_never_promise_the_same_bytes_twice(fake_driver: Client) -> None:
@@ -94,7 +95,8 @@ def _create_for(client: Client, name: str, requisite: list[str], preferred: list
             requisite=_topology(requisite), preferred=_topology(preferred)
         ),
     )
-    return client.controller.CreateVolume(request).volume
+    reply: pb.CreateVolumeResponse = client.controller.CreateVolume(request)
+    return reply.volume
 
 
 def test_preferred_elsewhere_without_requisite_is_resource_exhausted(fake_driver: Client) -> None:
@@ -128,11 +130,12 @@ def test_an_expansion_is_promised_like_a_new_volume(fake_driver: Client) -> None
     h.create(fake_driver, "b", cap, 24 * MiB)
 
     def expand(required: int) -> pb.ControllerExpandVolumeResponse:
-        return fake_driver.controller.ControllerExpandVolume(
+        reply: pb.ControllerExpandVolumeResponse = fake_driver.controller.ControllerExpandVolume(
             pb.ControllerExpandVolumeRequest(
                 volume_id=a.volume_id, capacity_range=pb.CapacityRange(required_bytes=required)
             )
         )
+        return reply
 
     err = h.expect_code(C.OUT_OF_RANGE, expand, 40 * MiB)
     assert "--overcommit-ratio" in (err.details() or "")

@@ -14,11 +14,10 @@ from collections.abc import Callable
 import pytest
 
 from csi_hostpath.core import kube_fields as kf
-from csi_hostpath.core.kube_fields import Obj
 from csi_hostpath.core.why_blocker import diagnose
 from csi_hostpath.core.why_model import DONE, FAILED, SCHEMA, WAITING, Observed, as_json
 from tests.unit.why_cases import CASES, NOW, Case
-from tests.unit.why_shapes import LEDGER, NS, event, node, pod
+from tests.unit.why_shapes import LEDGER, NS, Obj, event, node, pod
 
 
 def observed(case: Case, ledger: dict[str, Obj] | None = None) -> Observed:

@@ -147,7 +147,7 @@ def _record(base: Path, settings: dict[str, str], *, slot: bool = True) -> None:
     (state / "settings.env").write_text("\n".join(lines) + "\n")
 
 
-def _networks(settings: dict[str, str]) -> list[ipaddress.IPv4Network]:
+def _networks(settings: dict[str, str]) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
     return [
         ipaddress.ip_network(settings["CLUSTER_NET_PREFIX"] + ".0/24"),
         ipaddress.ip_network(settings["CLUSTER_POD_CIDR"]),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -133,7 +134,7 @@ def test_the_manifests_it_applies_are_valid_kubernetes() -> None:
 
 
 def test_until_returns_the_value_or_names_what_it_waited_for() -> None:
-    seen = iter([None, False, [], "", "there"])
+    seen: Iterator[bool | list[str] | str | None] = iter([None, False, [], "", "there"])
     assert until("x", lambda: next(seen), 5, interval=0.01) == "there"
     with pytest.raises(Failed, match="timed out after 0 s waiting for the thing"):
         until("the thing", lambda: None, 0.05, interval=0.01)
