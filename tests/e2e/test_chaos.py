@@ -72,7 +72,8 @@ from tests.e2e.chaos_snap import (
     run_plain,
     snapshot_source,
 )
-from tests.e2e.harness import PV, Backoff, Cluster, Kubelet, Node, Plugin, Pod
+from tests.e2e.harness import PV, Cluster, Kubelet, Node, Pod
+from tests.e2e.node_runtime import Backoff, Plugin
 from tests.kernel import loops_backed_under, mounts_under
 from tests.processes import wait_for
 
