@@ -123,3 +123,9 @@ def rendered_case(case: Case) -> Rendered:
 @pytest.fixture
 def rendered(case: Case) -> Rendered:
     return rendered_case(case)
+
+
+@pytest.fixture
+def defaults() -> Rendered:
+    """The chart rendered with its default values and no extra API."""
+    return rendered_case(Case("defaults", {}))

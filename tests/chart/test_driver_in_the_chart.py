@@ -21,8 +21,8 @@ from csi_hostpath.cli import build_parser, config_from_args
 from csi_hostpath.daemon.config import Config
 from csi_hostpath.service.readiness import Readiness
 from csi_hostpath.store.db import Store
+from tests.chart.chart_objects import container, controller_pod, flag, node_pod
 from tests.chart.chart_tool import Rendered
-from tests.chart.test_chart import container, controller_pod, flag, node_pod
 
 Obj = dict[str, Any]
 ROOT = Path(__file__).resolve().parents[2]

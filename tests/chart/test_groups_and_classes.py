@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from csi_hostpath.core.mutable import parse_mutable
+from tests.chart.chart_objects import container, controller_pod
 from tests.chart.chart_tool import SNAPSHOT_API, Rendered
 from tests.chart.conftest import Case, rendered_case
-from tests.chart.test_chart import container, controller_pod
 
 GROUP_API = "groupsnapshot.storage.k8s.io/v1beta2"
 VAC_API = "storage.k8s.io/v1/VolumeAttributesClass"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.chart.chart_objects import UPSTREAM_HELPER_IMAGES, controller_pod, node_pod
 from tests.chart.conftest import Case, rendered_case
-from tests.chart.test_chart import UPSTREAM_HELPER_IMAGES, controller_pod, node_pod
 from tests.chart.test_kubelet_helpers import HELPERS, UPSTREAM_FLAGS
 
 Obj = dict[str, Any]

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from tests.chart.chart_objects import container, controller_pod, flag, node_pod
 from tests.chart.chart_tool import Rendered
 from tests.chart.conftest import Case, rendered_case
-from tests.chart.test_chart import container, controller_pod, flag, node_pod
 
 INLINE_ON = Case("inline-on", {"inline": {"enabled": True, "maxSize": 256 * 1024**2}})
 

@@ -16,15 +16,15 @@ import pytest
 from csi_hostpath.cli import build_parser
 from csi_hostpath.sidecars.flags import http_endpoint
 from tests.chart import chart_tool
-from tests.chart.chart_tool import Rendered
-from tests.chart.conftest import CASES, LOCAL_CASES, Case, rendered_case
-from tests.chart.test_chart import (
+from tests.chart.chart_objects import (
     UPSTREAM_HELPER_IMAGES,
     container,
     controller_pod,
     host_path_at,
     node_pod,
 )
+from tests.chart.chart_tool import Rendered
+from tests.chart.conftest import CASES, LOCAL_CASES, Case, rendered_case
 
 Obj = dict[str, Any]
 

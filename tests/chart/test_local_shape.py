@@ -15,9 +15,9 @@ import pytest
 
 from csi_hostpath.cli import build_parser
 from tests.chart import chart_tool
+from tests.chart.chart_objects import all_containers, container, flag, node_pod
 from tests.chart.chart_tool import NAMESPACE, Rendered
 from tests.chart.conftest import LOCAL_CASES, Case, rendered_case
-from tests.chart.test_chart import all_containers, container, flag, node_pod
 
 Obj = dict[str, Any]
 

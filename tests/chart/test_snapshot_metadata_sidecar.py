@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from tests.chart import chart_tool
+from tests.chart.chart_objects import container, controller_pod, flag, socket_path
 from tests.chart.chart_tool import CBT_API, SNAPSHOT_API, Rendered
 from tests.chart.conftest import Case, rendered_case
-from tests.chart.test_chart import container, controller_pod, flag, socket_path
 
 SIDECAR = "csi-snapshot-metadata"
 KINDS = ("Secret", "Service", "SnapshotMetadataService")

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.chart.chart_objects import container, controller_pod, flag, node_pod
 from tests.chart.chart_tool import SNAPSHOT_API, Rendered
 from tests.chart.conftest import Case, rendered_case
-from tests.chart.test_chart import container, controller_pod, flag, node_pod
 
 Obj = dict[str, Any]
 

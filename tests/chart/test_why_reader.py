@@ -18,8 +18,8 @@ import pytest
 from csi_hostpath.cli.why_cmd import run
 from csi_hostpath.client.why_reads import LEDGER_ANNOTATION, ledger_route
 from tests.chart import chart_tool
+from tests.chart.chart_objects import container, controller_pod, node_pod
 from tests.chart.chart_tool import NAMESPACE, WHY_READER, Rendered
-from tests.chart.test_chart import container, controller_pod, node_pod
 from tests.unit.fake_apiserver import FakeCluster, serving
 from tests.unit.why_cases import CASES
 from tests.unit.why_shapes import LEDGER

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.conformance.sanity import Sanity, SanityConfig
+from tests.conformance.sanity import Sanity
+from tests.conformance.sanity_config import SanityConfig
 from tests.conftest import LAYERS, Client, in_process
 
 StartSanity = Callable[..., Sanity]

@@ -1,15 +1,13 @@
-"""The csi-sanity harness, re-implemented: its default configuration, its per-test target and
-staging directories, its resource tracking with last-in-first-out cleanup, and the requests it
-builds. Written from what csi-sanity's sources show it doing (docs/conformance.md says which),
-not translated from its code.
+"""The csi-sanity harness, re-implemented: its per-test target and staging directories, its
+resource tracking with last-in-first-out cleanup, and the requests it builds (its configuration
+and names are in sanity_config.py, its checks in sanity_checks.py). Written from what csi-sanity's
+sources show it doing (docs/conformance.md says which), not translated from its code.
 
 Everything here talks to the driver over gRPC only, the way csi-sanity does: nothing reaches
 into the driver's state directory, so a pass here means the same as a pass there."""
 
 from __future__ import annotations
 
-import os
-import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,130 +17,17 @@ from typing import Any
 import grpc
 
 from csi_hostpath._pb import csi_pb2 as pb
+from tests.conformance.sanity_checks import (
+    controller_cap,
+    node_cap,
+    plugin_service,
+    verify_snapshot_info,
+)
+from tests.conformance.sanity_config import SanityConfig
 from tests.conftest import Client
 
-GiB = 1 << 30
 Mode = pb.VolumeCapability.AccessMode
 StatusCode = grpc.StatusCode
-
-# csi-sanity's MaxNameLength: the longest name the suite asks a driver to accept (the CSI spec
-# says a plugin SHOULD support names of at least 128 characters).
-MAX_NAME_LENGTH = 128
-
-# The one unique suffix csi-sanity appends to every name in a run, so that two runs against one
-# long-lived driver never collide: "-" and 16 random hex digits in two groups.
-_UNIQUE_SUFFIX = f"-{secrets.token_hex(4).upper()}-{secrets.token_hex(4).upper()}"
-
-
-def unique(prefix: str) -> str:
-    return prefix + _UNIQUE_SUFFIX
-
-
-def unique_with_length(prefix: str, length: int) -> str:
-    """A unique name of exactly `length` characters (for the maximum-length-name cases)."""
-    name = unique(prefix)
-    if len(name) >= length:
-        return name[len(name) - length :]
-    return name + "x" * (length - len(name))
-
-
-# csi-sanity's DefaultIDGenerator: IDs in the *form* a driver might accept but that it never
-# issued. This driver's IDs are "vol-<32 hex>", so these are simply unknown (NOT_FOUND) to it.
-def valid_volume_id() -> str:
-    return "fake-vol-id-" + secrets.token_hex(5)
-
-
-def invalid_volume_id() -> str:
-    return "fake-vol-id"
-
-
-def valid_node_id() -> str:
-    return "fake-node-id-" + secrets.token_hex(5)
-
-
-@dataclass(frozen=True)
-class SanityConfig:
-    """csi-sanity's defaults (sanity.NewTestConfig and the csi-sanity command's flags)."""
-
-    test_volume_size: int = 10 * GiB  # --csi.testvolumesize
-    test_volume_expand_size: int = 0  # --csi.testvolumeexpandsize; 0: size + 1 GiB
-    test_volume_access_type: str = "mount"  # --csi.testvolumeaccesstype
-    test_volume_parameters: dict[str, str] = field(default_factory=dict)
-    test_volume_mutable_parameters: dict[str, str] = field(default_factory=dict)
-    test_snapshot_parameters: dict[str, str] = field(default_factory=dict)
-    idempotent_count: int = 10  # how often the "should be idempotent" cases repeat each call
-    test_node_volume_attach_limit: bool = False  # --csi.testnodevolumeattachlimit
-
-    def expand_size(self) -> int:
-        if self.test_volume_expand_size > 0:
-            return self.test_volume_expand_size
-        return self.test_volume_size + 1 * GiB
-
-
-def path_exists(path: str) -> bool:
-    """csi-sanity's default CheckPath, reduced to what its cases ask: is anything there? (lstat,
-    so a dangling symlink or a leftover mount point counts as present)."""
-    try:
-        os.lstat(path)
-    except FileNotFoundError:
-        return False
-    return True
-
-
-# ---- capabilities --------------------------------------------------------------------------
-# Looked up by *name*: a capability this CSI v1.13 proto does not define (csi-sanity's newest
-# copies know a few from later spec versions) is one the driver cannot advertise.
-def enum_value(enum: Any, name: str) -> int | None:
-    try:
-        return int(enum.Value(name))
-    except ValueError:
-        return None
-
-
-def controller_cap(client: Client, name: str) -> bool:
-    wanted = enum_value(pb.ControllerServiceCapability.RPC.Type, name)
-    if wanted is None:
-        return False
-    caps = client.controller.ControllerGetCapabilities(pb.ControllerGetCapabilitiesRequest())
-    return any(c.rpc.type == wanted for c in caps.capabilities)
-
-
-def node_cap(client: Client, name: str) -> bool:
-    wanted = enum_value(pb.NodeServiceCapability.RPC.Type, name)
-    if wanted is None:
-        return False
-    caps = client.node.NodeGetCapabilities(pb.NodeGetCapabilitiesRequest())
-    return any(c.rpc.type == wanted for c in caps.capabilities)
-
-
-def plugin_service(client: Client, name: str) -> bool:
-    wanted = enum_value(pb.PluginCapability.Service.Type, name)
-    if wanted is None:
-        return False
-    caps = client.identity.GetPluginCapabilities(pb.GetPluginCapabilitiesRequest())
-    return any(
-        c.WhichOneof("type") == "service" and c.service.type == wanted for c in caps.capabilities
-    )
-
-
-# ---- assertions ----------------------------------------------------------------------------
-def expect_error_code(code: grpc.StatusCode, call: Callable[[Any], Any], request: Any) -> None:
-    """csi-sanity's ExpectErrorCode: the call fails, with a gRPC status, of exactly `code`."""
-    try:
-        response = call(request)
-    except grpc.RpcError as err:
-        got = err.code()
-        assert got == code, f"expected {code.name}, got {got.name}: {err.details()}"
-        return
-    raise AssertionError(f"expected {code.name}, but the call succeeded: {response!r}")
-
-
-def verify_snapshot_info(snapshot: pb.Snapshot) -> None:
-    assert snapshot.snapshot_id, "snapshot_id is empty"
-    assert snapshot.source_volume_id, "source_volume_id is empty"
-    assert snapshot.HasField("creation_time"), "creation_time is missing"
-    ct = snapshot.creation_time
-    assert ct.seconds or ct.nanos, "creation_time is zero"
 
 
 # ---- the test context ----------------------------------------------------------------------

@@ -6,14 +6,9 @@ from __future__ import annotations
 import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
-from tests.conformance.sanity import (
-    Sanity,
-    controller_cap,
-    enum_value,
-    node_cap,
-    plugin_service,
-    unique,
-)
+from tests.conformance.sanity import Sanity
+from tests.conformance.sanity_checks import controller_cap, enum_value, node_cap, plugin_service
+from tests.conformance.sanity_config import unique
 
 NodeRPCType = pb.NodeServiceCapability.RPC.Type
 

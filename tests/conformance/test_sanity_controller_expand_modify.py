@@ -5,11 +5,9 @@ from __future__ import annotations
 import grpc
 
 from csi_hostpath._pb import csi_pb2 as pb
-from tests.conformance.sanity import (
-    Sanity,
-    expect_error_code,
-    unique,
-)
+from tests.conformance.sanity import Sanity
+from tests.conformance.sanity_checks import expect_error_code
+from tests.conformance.sanity_config import unique
 from tests.conformance.sanity_steps import need_controller
 
 C = grpc.StatusCode

@@ -7,14 +7,9 @@ import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
 from tests.conformance.conftest import StartSanity
-from tests.conformance.sanity import (
-    Sanity,
-    SanityConfig,
-    expect_error_code,
-    unique,
-    valid_node_id,
-    valid_volume_id,
-)
+from tests.conformance.sanity import Sanity
+from tests.conformance.sanity_checks import expect_error_code
+from tests.conformance.sanity_config import SanityConfig, unique, valid_node_id, valid_volume_id
 from tests.conformance.sanity_steps import need_controller, topology_requirement
 
 C = grpc.StatusCode

@@ -5,14 +5,13 @@ from __future__ import annotations
 import grpc
 
 from csi_hostpath._pb import csi_pb2 as pb
-from tests.conformance.sanity import (
+from tests.conformance.sanity import Sanity
+from tests.conformance.sanity_checks import expect_error_code, verify_snapshot_info
+from tests.conformance.sanity_config import (
     MAX_NAME_LENGTH,
-    Sanity,
-    expect_error_code,
     unique,
     unique_with_length,
     valid_volume_id,
-    verify_snapshot_info,
 )
 from tests.conformance.sanity_steps import need_controller
 

@@ -6,10 +6,10 @@ import grpc
 import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
-from tests.conformance.sanity import (
+from tests.conformance.sanity import Sanity
+from tests.conformance.sanity_checks import expect_error_code
+from tests.conformance.sanity_config import (
     MAX_NAME_LENGTH,
-    Sanity,
-    expect_error_code,
     invalid_volume_id,
     unique,
     unique_with_length,

@@ -7,11 +7,9 @@ import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
-from tests.conformance.sanity import (
-    Sanity,
-    expect_error_code,
-    invalid_volume_id,
-)
+from tests.conformance.sanity import Sanity
+from tests.conformance.sanity_checks import expect_error_code
+from tests.conformance.sanity_config import invalid_volume_id
 from tests.conformance.sanity_steps import need_plugin_service
 
 C = grpc.StatusCode

@@ -6,16 +6,9 @@ import grpc
 import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
-from tests.conformance.sanity import (
-    Mode,
-    Sanity,
-    expect_error_code,
-    node_cap,
-    path_exists,
-    plugin_service,
-    unique,
-    valid_volume_id,
-)
+from tests.conformance.sanity import Mode, Sanity
+from tests.conformance.sanity_checks import expect_error_code, node_cap, path_exists, plugin_service
+from tests.conformance.sanity_config import unique, valid_volume_id
 from tests.conformance.sanity_steps import (
     NodeRPCType,
     need_node,

@@ -6,14 +6,9 @@ import grpc
 import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
-from tests.conformance.sanity import (
-    Sanity,
-    controller_cap,
-    expect_error_code,
-    plugin_service,
-    unique,
-    valid_volume_id,
-)
+from tests.conformance.sanity import Sanity
+from tests.conformance.sanity_checks import controller_cap, expect_error_code, plugin_service
+from tests.conformance.sanity_config import unique, valid_volume_id
 from tests.conformance.sanity_steps import need_node, staged_and_published
 
 C = grpc.StatusCode

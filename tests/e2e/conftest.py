@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import Cluster, Kubelet, Node, NodeNamespace, Plugin, unique_node_id
+from tests.e2e.harness import Cluster, Kubelet, Node, unique_node_id
+from tests.e2e.node_runtime import NodeNamespace, Plugin
 
 # Fast heartbeats and fence checks keep the multi-node scenarios short.
 HEARTBEAT = "0.3"

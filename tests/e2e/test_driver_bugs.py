@@ -1,7 +1,7 @@
 """Driver bugs found by the end-to-end work and the fuzz, each kept as its regression test.
 
 A new bug goes here first as a strict xfail (and, if the fuzz must step around it meanwhile, as an
-entry in test_bad_input.KNOWN_BUGS); the fix removes both.
+entry in KNOWN_BUGS of bad_input/known_bugs.py); the fix removes both.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from tests.chart import chart_tool
+from tests.chart.chart_objects import controller_pod, node_pod
 from tests.chart.chart_tool import ROOT
-from tests.chart.test_chart import controller_pod, node_pod
 from tests.chart.test_kubelet_helpers import HELPERS
 from tests.k8s.experiments.chart import SHAPE_VALUES, chart_values
 

@@ -22,7 +22,7 @@ import pytest
 from tests.loop_churn import loop_churn
 
 from .conftest import Env
-from .test_system_contract import EXT4_SIZE
+from .system_limits import EXT4_SIZE
 
 LOOP_CTL_ADD, LOOP_CTL_REMOVE = 0x4C80, 0x4C81
 

@@ -18,7 +18,7 @@ from csi_hostpath.system.base import Holder, NotFound, NotPermitted, ResourceBus
 from tests.needs import skip_unless_tools
 
 from .conftest import Env
-from .test_system_contract import CAP_SYS_RESOURCE, EXT4_SIZE, _has_capability
+from .system_limits import CAP_SYS_RESOURCE, EXT4_SIZE, has_capability
 
 
 def test_mount_onto_a_missing_directory_is_not_found(env: Env) -> None:
@@ -39,7 +39,7 @@ def test_bind_of_a_missing_source_is_not_found(env: Env) -> None:
 def test_online_ext4_grow_without_cap_sys_resource_is_not_permitted(env: Env) -> None:
     if env.real:
         skip_unless_tools("resize2fs")
-        if _has_capability(CAP_SYS_RESOURCE):
+        if has_capability(CAP_SYS_RESOURCE):
             pytest.skip("this process has CAP_SYS_RESOURCE: the kernel grows the ext4")
     else:
         assert env.kernel is not None

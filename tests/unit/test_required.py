@@ -2,7 +2,8 @@
 
 api/required.py, the one owner of CSI's REQUIRED request fields: the table names real fields
 of real CSI requests, and each missing field is reported by name as an InvalidRequest (which
-api/status.py maps to INVALID_ARGUMENT). tests/unit/test_rpc_rules.py checks the same over gRPC."""
+api/status.py maps to INVALID_ARGUMENT). tests/unit/test_rpc_required_fields.py checks the same
+over gRPC."""
 
 from __future__ import annotations
 

@@ -9,9 +9,9 @@ import grpc
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.client import csi_requests as rq
-from tests.e2e.harness import Plugin
 from tests.e2e.k8s_models.clock import Backoff, SimClock, workqueue_backoff
 from tests.e2e.k8s_models.objects import Api, VolumeAttachment
+from tests.e2e.node_runtime import Plugin
 
 # cmd/csi-attacher/main.go: --reconcile-sync (1 minute) and --timeout (15 s) for each call.
 RECONCILE_SYNC = 60.0

@@ -13,9 +13,10 @@ import grpc
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.client import csi_requests as rq
-from tests.e2e.harness import PV, Node, Plugin
+from tests.e2e.harness import PV, Node
 from tests.e2e.k8s_models.clock import Backoff, SimClock, workqueue_backoff
 from tests.e2e.k8s_models.objects import Api, Claim
+from tests.e2e.node_runtime import Plugin
 
 C = grpc.StatusCode
 IN_BACKGROUND = {C.CANCELLED, C.DEADLINE_EXCEEDED, C.UNAVAILABLE, C.ABORTED}

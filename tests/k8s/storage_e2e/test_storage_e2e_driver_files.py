@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from tests.chart import chart_tool
-from tests.chart.test_chart import container, node_pod
+from tests.chart.chart_objects import container, node_pod
 
 HERE = Path(__file__).parent
 

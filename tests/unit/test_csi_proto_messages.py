@@ -1,77 +1,12 @@
-"""proto/csi.proto and its stubs keep the CSI v1.13.0 wire contract.
+"""proto/csi.proto's messages keep the CSI v1.13.0 set, field numbers, oneofs and map fields.
 
-The v1.12 VolumeCondition fields and capabilities keep their numbers: v1.13 reserved them."""
+The v1.12 VolumeCondition fields keep their numbers: v1.13 reserved them."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import subprocess
-import sys
-from collections.abc import Iterable, Iterator
-from pathlib import Path
-
 import pytest
-from google.protobuf.descriptor import Descriptor, EnumDescriptor
 
-from csi_hostpath._pb import csi_pb2, csi_pb2_grpc
-
-ROOT = Path(__file__).resolve().parents[2]
-PB_DIR = ROOT / "csi_hostpath" / "_pb"
-GENERATED_FILES = tuple(
-    f"{proto}{suffix}"
-    for proto in ("csi", "pluginregistration")
-    for suffix in ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py", "_pb2_grpc.pyi")
-)
-
-FILE = csi_pb2.DESCRIPTOR
-
-SERVICES: dict[str, tuple[str, ...]] = {
-    "csi.v1.Identity": ("GetPluginInfo", "GetPluginCapabilities", "Probe"),
-    "csi.v1.Controller": (
-        "CreateVolume",
-        "DeleteVolume",
-        "ControllerPublishVolume",
-        "ControllerUnpublishVolume",
-        "ValidateVolumeCapabilities",
-        "ListVolumes",
-        "ControllerListVolumeHealth",
-        "ControllerGetVolumeHealth",
-        "GetCapacity",
-        "ControllerGetCapabilities",
-        "CreateSnapshot",
-        "DeleteSnapshot",
-        "ListSnapshots",
-        "GetSnapshot",
-        "ControllerExpandVolume",
-        "ControllerGetVolume",
-        "ControllerModifyVolume",
-    ),
-    "csi.v1.GroupController": (
-        "GroupControllerGetCapabilities",
-        "CreateVolumeGroupSnapshot",
-        "DeleteVolumeGroupSnapshot",
-        "GetVolumeGroupSnapshot",
-    ),
-    "csi.v1.SnapshotMetadata": ("GetMetadataAllocated", "GetMetadataDelta"),
-    "csi.v1.Node": (
-        "NodeStageVolume",
-        "NodeUnstageVolume",
-        "NodePublishVolume",
-        "NodeUnpublishVolume",
-        "NodeGetVolumeStats",
-        "NodeGetVolumeHealth",
-        "NodeGetStorageHealth",
-        "NodeExpandVolume",
-        "NodeGetCapabilities",
-        "NodeGetInfo",
-    ),
-}
-
-SERVER_STREAMING = {
-    ("csi.v1.SnapshotMetadata", "GetMetadataAllocated"),
-    ("csi.v1.SnapshotMetadata", "GetMetadataDelta"),
-}
+from tests.unit.csi_descriptors import FILE, message, walk
 
 # (message full name, field name, field number) as the v1.13.0 spec defines them (VolumeCondition:
 # v1.12).
@@ -135,77 +70,6 @@ FIELD_NUMBERS: tuple[tuple[str, str, int], ...] = (
     ("csi.v1.NodeGetStorageHealthResponse.StorageBackendHealth", "volume_capability", 4),
     ("csi.v1.ControllerListVolumeHealthRequest", "secrets", 3),
 )
-
-# Every enum in the spec file, with its complete value table.
-ENUMS: dict[str, dict[str, int]] = {
-    "csi.v1.BlockMetadataType": {"UNKNOWN": 0, "FIXED_LENGTH": 1, "VARIABLE_LENGTH": 2},
-    "csi.v1.VolumeHealthErrorType": {
-        "UNKNOWN_VOLUME_HEALTH_TYPE": 0,
-        "DEGRADED": 1,
-        "INACCESSIBLE": 2,
-        "DATA_LOSS": 3,
-    },
-    "csi.v1.StorageHealthErrorType": {
-        "UNKNOWN_STORAGE_HEALTH_ERROR_TYPE": 0,
-        "STORAGE_DEGRADED": 1,
-        "STORAGE_UNREACHABLE": 2,
-    },
-    "csi.v1.PluginCapability.Service.Type": {
-        "UNKNOWN": 0,
-        "CONTROLLER_SERVICE": 1,
-        "VOLUME_ACCESSIBILITY_CONSTRAINTS": 2,
-        "GROUP_CONTROLLER_SERVICE": 3,
-        "SNAPSHOT_METADATA_SERVICE": 4,
-        "SNAPSHOT_ACCESSIBILITY_CONSTRAINTS": 5,
-    },
-    "csi.v1.PluginCapability.VolumeExpansion.Type": {"UNKNOWN": 0, "ONLINE": 1, "OFFLINE": 2},
-    "csi.v1.VolumeCapability.AccessMode.Mode": {
-        "UNKNOWN": 0,
-        "SINGLE_NODE_WRITER": 1,
-        "SINGLE_NODE_READER_ONLY": 2,
-        "MULTI_NODE_READER_ONLY": 3,
-        "MULTI_NODE_SINGLE_WRITER": 4,
-        "MULTI_NODE_MULTI_WRITER": 5,
-        "SINGLE_NODE_SINGLE_WRITER": 6,
-        "SINGLE_NODE_MULTI_WRITER": 7,
-    },
-    "csi.v1.ControllerServiceCapability.RPC.Type": {
-        "UNKNOWN": 0,
-        "CREATE_DELETE_VOLUME": 1,
-        "PUBLISH_UNPUBLISH_VOLUME": 2,
-        "LIST_VOLUMES": 3,
-        "GET_CAPACITY": 4,
-        "CREATE_DELETE_SNAPSHOT": 5,
-        "LIST_SNAPSHOTS": 6,
-        "CLONE_VOLUME": 7,
-        "PUBLISH_READONLY": 8,
-        "EXPAND_VOLUME": 9,
-        "LIST_VOLUMES_PUBLISHED_NODES": 10,
-        "VOLUME_CONDITION": 11,
-        "GET_VOLUME": 12,
-        "SINGLE_NODE_MULTI_WRITER": 13,
-        "MODIFY_VOLUME": 14,
-        "GET_SNAPSHOT": 15,
-        "GET_VOLUME_HEALTH": 16,
-        "LIST_VOLUME_HEALTH": 17,
-    },
-    "csi.v1.VolumeUsage.Unit": {"UNKNOWN": 0, "BYTES": 1, "INODES": 2},
-    "csi.v1.NodeServiceCapability.RPC.Type": {
-        "UNKNOWN": 0,
-        "STAGE_UNSTAGE_VOLUME": 1,
-        "GET_VOLUME_STATS": 2,
-        "EXPAND_VOLUME": 3,
-        "VOLUME_CONDITION": 4,
-        "SINGLE_NODE_MULTI_WRITER": 5,
-        "VOLUME_MOUNT_GROUP": 6,
-        "GET_VOLUME_HEALTH": 7,
-        "GET_STORAGE_HEALTH": 8,
-    },
-    "csi.v1.GroupControllerServiceCapability.RPC.Type": {
-        "UNKNOWN": 0,
-        "CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT": 1,
-    },
-}
 
 # Every message (nested ones included, map entries excluded) in the v1.13.0 spec, and the v1.12
 # VolumeCondition.
@@ -318,77 +182,17 @@ SPEC_MESSAGES: tuple[str, ...] = (
 )
 
 
-def _walk(messages: Iterable[Descriptor]) -> Iterator[Descriptor]:
-    for message in messages:
-        yield message
-        yield from _walk(message.nested_types)
-
-
 def _our_messages() -> set[str]:
     return {
         m.full_name
-        for m in _walk(FILE.message_types_by_name.values())
+        for m in walk(FILE.message_types_by_name.values())
         if not m.GetOptions().map_entry
     }
 
 
-def _our_enums() -> dict[str, EnumDescriptor]:
-    enums = {e.full_name: e for e in FILE.enum_types_by_name.values()}
-    for message in _walk(FILE.message_types_by_name.values()):
-        enums.update({e.full_name: e for e in message.enum_types})
-    return enums
-
-
-def _message(full_name: str) -> Descriptor:
-    return FILE.pool.FindMessageTypeByName(full_name)
-
-
-def test_file_identity() -> None:
-    assert FILE.name == "csi.proto"
-    assert FILE.package == "csi.v1"
-    assert [d.name for d in FILE.dependencies] == [
-        "google/protobuf/descriptor.proto",
-        "google/protobuf/timestamp.proto",
-        "google/protobuf/wrappers.proto",
-    ]
-
-
-def test_service_set_is_exact() -> None:
-    assert {s.full_name for s in FILE.services_by_name.values()} == set(SERVICES)
-
-
-@pytest.mark.parametrize("service_name", sorted(SERVICES))
-def test_service_methods(service_name: str) -> None:
-    service = FILE.pool.FindServiceByName(service_name)
-    assert service.full_name == service_name
-    assert tuple(m.name for m in service.methods) == SERVICES[service_name]
-    for method in service.methods:
-        assert not method.client_streaming
-        streams = (service_name, method.name) in SERVER_STREAMING
-        assert method.server_streaming is streams, method.full_name
-
-
-@pytest.mark.parametrize("service_name", sorted(SERVICES))
-def test_grpc_module_has_service_classes(service_name: str) -> None:
-    short = service_name.rsplit(".", 1)[1]
-    assert hasattr(csi_pb2_grpc, f"{short}Stub")
-    assert hasattr(csi_pb2_grpc, f"{short}Servicer")
-    assert hasattr(csi_pb2_grpc, f"add_{short}Servicer_to_server")
-
-
 @pytest.mark.parametrize(("message_name", "field_name", "number"), FIELD_NUMBERS)
 def test_field_number(message_name: str, field_name: str, number: int) -> None:
-    assert _message(message_name).fields_by_name[field_name].number == number
-
-
-@pytest.mark.parametrize("enum_name", sorted(ENUMS))
-def test_enum_values(enum_name: str) -> None:
-    enum = _our_enums()[enum_name]
-    assert {v.name: v.number for v in enum.values} == ENUMS[enum_name]
-
-
-def test_enum_set_is_exact() -> None:
-    assert set(_our_enums()) == set(ENUMS)
+    assert message(message_name).fields_by_name[field_name].number == number
 
 
 def test_every_spec_message_is_present() -> None:
@@ -408,7 +212,7 @@ def test_oneofs() -> None:
         ("csi.v1.GroupControllerServiceCapability", "type"): ["rpc"],
     }
     for (message_name, oneof_name), fields in oneofs.items():
-        oneof = _message(message_name).oneofs_by_name[oneof_name]
+        oneof = message(message_name).oneofs_by_name[oneof_name]
         assert [f.name for f in oneof.fields] == fields
 
 
@@ -420,60 +224,6 @@ def test_map_fields() -> None:
         ("csi.v1.Volume", "volume_context"),
         ("csi.v1.Topology", "segments"),
     ):
-        field = _message(message_name).fields_by_name[field_name]
+        field = message(message_name).fields_by_name[field_name]
         assert field.message_type is not None
         assert field.message_type.GetOptions().map_entry
-
-
-def test_custom_options() -> None:
-    extensions = {
-        "alpha_enum": ("google.protobuf.EnumOptions", 1060),
-        "alpha_enum_value": ("google.protobuf.EnumValueOptions", 1060),
-        "csi_secret": ("google.protobuf.FieldOptions", 1059),
-        "alpha_field": ("google.protobuf.FieldOptions", 1060),
-        "alpha_message": ("google.protobuf.MessageOptions", 1060),
-        "alpha_method": ("google.protobuf.MethodOptions", 1060),
-        "alpha_service": ("google.protobuf.ServiceOptions", 1060),
-    }
-    assert set(FILE.extensions_by_name) == set(extensions)
-    for name, (extendee, number) in extensions.items():
-        ext = FILE.extensions_by_name[name]
-        assert ext.number == number
-        assert ext.containing_type is not None
-        assert ext.containing_type.full_name == extendee
-
-    secrets = _message("csi.v1.CreateVolumeRequest").fields_by_name["secrets"]
-    assert secrets.GetOptions().Extensions[csi_pb2.csi_secret] is True
-    get_snapshot = FILE.services_by_name["Controller"].methods_by_name["GetSnapshot"]
-    assert get_snapshot.GetOptions().Extensions[csi_pb2.alpha_method] is True
-    snapshot_metadata = FILE.services_by_name["SnapshotMetadata"]
-    assert snapshot_metadata.GetOptions().Extensions[csi_pb2.alpha_service] is True
-
-
-def test_round_trip() -> None:
-    request = csi_pb2.CreateVolumeRequest(
-        name="pvc-1",
-        capacity_range=csi_pb2.CapacityRange(required_bytes=1 << 20),
-        parameters={"k": "v"},
-    )
-    decoded = csi_pb2.CreateVolumeRequest.FromString(request.SerializeToString())
-    assert decoded == request
-
-
-def test_generated_code_is_up_to_date(tmp_path: Path) -> None:
-    if importlib.util.find_spec("grpc_tools") is None:
-        pytest.skip("grpc_tools is not installed")
-    env = dict(os.environ)
-    env["PYTHON"] = sys.executable
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    subprocess.run(
-        ["bash", str(ROOT / "tools" / "genproto.sh"), str(tmp_path)],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(GENERATED_FILES)
-    for name in GENERATED_FILES:
-        assert (tmp_path / name).read_bytes() == (PB_DIR / name).read_bytes(), name
