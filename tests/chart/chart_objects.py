@@ -42,14 +42,16 @@ def all_containers(r: Rendered) -> Iterator[tuple[str, Obj]]:
 
 
 def container(spec: Obj, name: str) -> Obj:
-    found = [c for c in spec["containers"] if c["name"] == name]
+    found: list[Obj] = [c for c in spec["containers"] if c["name"] == name]
     assert len(found) == 1, f"expected one container {name!r}, found {len(found)}"
     return found[0]
 
 
 def flag(c: Obj, name: str) -> str:
     """The value of `--name=value` in a container's args; the test fails if it is not there."""
-    values = [a.split("=", 1)[1] for a in c.get("args", []) if a.startswith(f"--{name}=")]
+    values: list[str] = [
+        a.split("=", 1)[1] for a in c.get("args", []) if a.startswith(f"--{name}=")
+    ]
     assert len(values) == 1, f"{c['name']}: expected one --{name}=..., args are {c.get('args')}"
     return values[0]
 

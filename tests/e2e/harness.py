@@ -168,11 +168,12 @@ class Kubelet:
                 break
 
     def stats(self, pv: PV, path: Path) -> pb.NodeGetVolumeStatsResponse:
-        return self.plugin.call(
+        reply: pb.NodeGetVolumeStatsResponse = self.plugin.call(
             "node",
             "NodeGetVolumeStats",
             rq.volume_stats(pv.handle, path, self.staging_path(pv)),
         )
+        return reply
 
     # ----- the pod's I/O, inside the node's namespace -----
     def write(self, pod: Pod, pv: PV, name: str, data: bytes) -> None:

@@ -160,10 +160,15 @@ MISSING: list[tuple[str, str, Callable[[Path], Any]]] = [
 ]
 
 
+def _always(request: Any) -> Callable[[Path], Any]:
+    """The case's builder: the same request, whatever the work directory."""
+    return lambda _workdir: request
+
+
 # The other RPCs with REQUIRED fields, one request each with the field left out (api/required.py
 # owns the rule): (RPC, stub, the field, the request).
 MISSING += [
-    (f"{rpc}: {field} is REQUIRED", f"{stub}.{rpc}", lambda d, r=request: r)
+    (f"{rpc}: {field} is REQUIRED", f"{stub}.{rpc}", _always(request))
     for rpc, stub, field, request in (
         ("NodeExpandVolume", "node", "volume_id", pb.NodeExpandVolumeRequest(volume_path="/")),
         ("NodeExpandVolume", "node", "volume_path", pb.NodeExpandVolumeRequest(volume_id="v")),

@@ -76,13 +76,14 @@ def test_capacity_rules(layered_driver: Client) -> None:
     """CreateVolume: 'Unsupported capacity_range' → OUT_OF_RANGE; report the real capacity."""
 
     def create_range(required: int, limit: int) -> pb.Volume:
-        return layered_driver.controller.CreateVolume(
+        reply: pb.CreateVolumeResponse = layered_driver.controller.CreateVolume(
             pb.CreateVolumeRequest(
                 name=f"r{required}-{limit}",
                 volume_capabilities=[CAP],
                 capacity_range=pb.CapacityRange(required_bytes=required, limit_bytes=limit),
             )
-        ).volume
+        )
+        return reply.volume
 
     h.expect_code(C.OUT_OF_RANGE, create_range, 64 * h.MiB, 32 * h.MiB)
     h.expect_code(C.OUT_OF_RANGE, create_range, 0, 1 * h.MiB)  # below the ext4 minimum

@@ -141,6 +141,7 @@ class Strategies:
         if t == FieldDescriptor.TYPE_BOOL:
             return st.booleans()
         if t == FieldDescriptor.TYPE_ENUM:
+            assert f.enum_type is not None, f.full_name  # an enum field always names its enum
             known = [v.number for v in f.enum_type.values]
             return st.one_of(st.sampled_from(known), INT32)
         if t in (FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_SINT64):
@@ -157,7 +158,7 @@ class Strategies:
             return UINT64
         if t in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
             return st.floats(width=32 if t == FieldDescriptor.TYPE_FLOAT else 64)
-        assert t == FieldDescriptor.TYPE_MESSAGE, f.full_name
+        assert t == FieldDescriptor.TYPE_MESSAGE and f.message_type is not None, f.full_name
         return self.message(f.message_type, depth + 1)
 
     def message(self, desc: Descriptor, depth: int = 0) -> st.SearchStrategy[Any]:
