@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +38,13 @@ def publish(
     return dict(response.publish_context)
 
 
+def kubelet_makes(directory: Path) -> None:
+    """The directory the kubelet makes before a node call (a staging path's or a target's
+    parent); where a test put a file in its way, the driver's answer is what the test wants."""
+    with contextlib.suppress(OSError):
+        directory.mkdir(parents=True, exist_ok=True)
+
+
 def stage(
     client: Any,
     volume: pb.Volume,
@@ -44,6 +52,8 @@ def stage(
     cap: pb.VolumeCapability,
     publish_context: dict[str, str],
 ) -> None:
+    # As the kubelet does: the staging path's parent is there before the call.
+    kubelet_makes(staging.parent)
     client.node.NodeStageVolume(
         rq.node_stage(volume.volume_id, staging, cap, publish_context, volume.volume_context)
     )
@@ -59,6 +69,9 @@ def node_publish(
     publish_context: dict[str, str] | None = None,
     volume_context: dict[str, str] | None = None,
 ) -> None:
+    # As the kubelet does: the target's parent is there before the call; the driver makes the
+    # target itself.
+    kubelet_makes(target.parent)
     client.node.NodePublishVolume(
         rq.node_publish(volume_id, staging, target, cap, readonly, publish_context, volume_context)
     )
@@ -140,6 +153,19 @@ def staged(
     staging.mkdir(parents=True)
     stage(client, vol, staging, cap, publish(client, vol.volume_id, node_id, cap))
     return vol
+
+
+def staged_under(
+    client: Any, workdir: Path, cap: pb.VolumeCapability, name: str
+) -> tuple[str, Path, dict[str, str]]:
+    """A volume of cap created, published to node-a and staged at workdir/kubelet/NAME/
+    globalmount: (volume ID, staging path, publish context)."""
+    vol = create(client, name, cap)
+    ctx = publish(client, vol.volume_id, "node-a", cap)
+    staging = workdir / "kubelet" / name / "globalmount"
+    staging.mkdir(parents=True)
+    stage(client, vol, staging, cap, ctx)
+    return vol.volume_id, staging, ctx
 
 
 def in_use(

@@ -12,23 +12,11 @@ from pathlib import Path
 
 import grpc
 
-from csi_hostpath._pb import csi_pb2 as pb
 from tests import helpers as h
 from tests.conftest import Client
 from tests.kernel import loops_backed_under
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
-
-
-def _staged(
-    driver: Client, workdir: Path, cap: pb.VolumeCapability, name: str
-) -> tuple[str, Path, dict[str, str]]:
-    vol = h.create(driver, name, cap)
-    ctx = h.publish(driver, vol.volume_id, "node-a", cap)
-    staging = workdir / "kubelet" / name / "globalmount"
-    staging.mkdir(parents=True)
-    h.stage(driver, vol, staging, cap, ctx)
-    return vol.volume_id, staging, ctx
 
 
 def test_driver_dirs_their_ancestors_and_symlinks_to_them_are_refused(
@@ -73,7 +61,7 @@ def test_dangling_symlink_as_block_target_creates_nothing(driver: Client, workdi
     """Failed on the old code: NodePublish followed the link, created the file it names, bound
     the device there and answered OK."""
     cap = h.block_cap()
-    volume_id, staging, ctx = _staged(driver, workdir, cap, "dangling")
+    volume_id, staging, ctx = h.staged_under(driver, workdir, cap, "dangling")
     victim = workdir / "elsewhere" / "victim"
     victim.parent.mkdir()
     target = workdir / "pods" / "uid1" / "volumeDevices" / "dev"
@@ -101,7 +89,7 @@ def test_unpublish_leaves_a_foreign_mount_whose_root_is_named_like_the_device(
     NodeUnpublish took it for the volume's device node and unmounted it. Now only a mount that
     is the block device node itself (same device number) counts as the volume's."""
     cap = h.block_cap()
-    volume_id, staging, ctx = _staged(driver, workdir, cap, "lookalike")
+    volume_id, staging, ctx = h.staged_under(driver, workdir, cap, "lookalike")
     backing = str(workdir / "drv-state" / "pool" / "volumes" / f"{volume_id}.img")
     (device,) = [
         d for d in loops_backed_under(workdir)
@@ -137,7 +125,7 @@ def test_teardown_never_follows_a_symlink_to_another_target(driver: Client, work
     both answer OK and touch nothing. Failed on the old code: NodeUnpublish resolved the link and
     unmounted the other pod's target."""
     cap = h.mount_cap("ext4")
-    volume_id, staging, ctx = _staged(driver, workdir, cap, "follow")
+    volume_id, staging, ctx = h.staged_under(driver, workdir, cap, "follow")
     target = workdir / "pods" / "uid1" / "mount"
     h.node_publish(driver, volume_id, staging, target, cap, publish_context=ctx)
     (target / "data").write_text("pod one")
