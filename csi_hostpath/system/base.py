@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from csi_hostpath.system.iolimits import IoTuner
+from csi_hostpath.system.pinned import Pinned
 from csi_hostpath.system.system_errors import (
     CommandError,
     DeviceNodeError,
@@ -228,12 +229,35 @@ class Fs(Protocol):
 
 
 class Mounts(Protocol):
+    """Path-based calls open their path with no symbolic link followed (pinned.py) and act on
+    that; the *_on calls act on an object the caller opened and checked itself."""
+
     def mount(self, device: str, target: str, fs_type: str, options: Sequence[str]) -> None: ...
+
+    def mount_on(self, device: str, target: Pinned, fs_type: str, options: Sequence[str]) -> None:
+        """Mount device's filesystem onto the object target holds, wherever it now is."""
 
     def bind(self, source: str, target: str, *, read_only: bool) -> None: ...
 
+    def bind_on(self, source: Pinned, target: Pinned, *, read_only: bool) -> None:
+        """Bind source's object onto target's; a read-only bind is never writable, even for an
+        instant."""
+
+    def bind_device_on(self, device: str, target: Pinned, *, read_only: bool) -> None:
+        """Bind the device node (/dev/loopN) onto target's object (a file)."""
+
     def unmount(self, target: str, *, lazy: bool = False) -> None:
-        """Unmount target; a path that is not a mount point (or does not exist) is fine."""
+        """Unmount target; a path that is not a mount point (or does not exist, or is reached
+        through a symbolic link) is fine."""
+
+    def unmount_on(self, parent: Pinned, name: str, *, lazy: bool = False) -> None:
+        """Unmount the mount whose root is parent's entry `name` (a caller identified it with
+        find_on, and holds no descriptor of it: that would keep it busy); nothing when no mount's
+        root is there, or a link is."""
+
+    def find_on(self, target: Pinned) -> MountEntry | None:
+        """The mount whose root is target's object, or None: an answer about the object, not
+        about whatever its path leads to now."""
 
     def find(self, target: str) -> MountEntry | None:
         """The topmost mount at exactly this path, if any."""

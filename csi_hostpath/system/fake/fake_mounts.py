@@ -25,6 +25,7 @@ from csi_hostpath.system.fake.fake_kernel import (
     _is_under,
     _Mount,
 )
+from csi_hostpath.system.pinned import Pinned
 from csi_hostpath.system.system_errors import command_error
 
 
@@ -154,6 +155,29 @@ class FakeMounts:
             gone = {id(mounts[position])} | {id(mount) for mount in children}
             self._kernel.mounts = [mount for mount in mounts if id(mount) not in gone]
             self._kernel.release()
+
+    # The descriptor calls act where the object now is, as the kernel's magic link does.
+    def mount_on(self, device: str, target: Pinned, fs_type: str, options: Sequence[str]) -> None:
+        self.mount(device, target.where(), fs_type, options)
+
+    def bind_on(self, source: Pinned, target: Pinned, *, read_only: bool) -> None:
+        self.bind(source.where(), target.where(), read_only=read_only)
+
+    def bind_device_on(self, device: str, target: Pinned, *, read_only: bool) -> None:
+        self.bind(device, target.where(), read_only=read_only)
+
+    def unmount_on(self, parent: Pinned, name: str, *, lazy: bool = False) -> None:
+        path = os.path.join(parent.where(), name)
+        if not os.path.islink(path):
+            self.unmount(path, lazy=lazy)
+
+    def find_on(self, target: Pinned) -> MountEntry | None:
+        path = target.where()
+        with self._kernel.lock:
+            mount = self._kernel.topmost(path)
+            if mount is None or mount.entry.mount_point != path:
+                return None
+            return mount.entry
 
     def find(self, target: str) -> MountEntry | None:
         with self._kernel.lock:

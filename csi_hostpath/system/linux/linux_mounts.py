@@ -4,6 +4,7 @@ mountinfo.py's."""
 from __future__ import annotations
 
 import ctypes
+import errno
 import functools
 import os
 import stat
@@ -12,6 +13,7 @@ from contextlib import AbstractContextManager
 
 from csi_hostpath.system.base import CommandError, Holder, MountEntry
 from csi_hostpath.system.holders import holders_of_path
+from csi_hostpath.system.linux import fd_mounts
 from csi_hostpath.system.linux._log import log
 from csi_hostpath.system.linux.mountinfo import (
     SharedLookups,
@@ -20,32 +22,33 @@ from csi_hostpath.system.linux.mountinfo import (
     read_mountinfo,
     unescape_mountinfo,
 )
+from csi_hostpath.system.pinned import Pinned, SymlinkInPath
 from csi_hostpath.system.runner import run
 from csi_hostpath.system.system_errors import command_error, syscall_error
 
 # --- mount(2) and umount2(2) without spawning mount(8) -------------------------------------------
 #
 # mount(8) costs a fork, an exec and libmount's own parse of mountinfo: 1-2 ms a call, on every
-# stage, publish, unpublish and unstage. The calls the driver makes go straight to the kernel with
-# the arguments mount(8) itself passes (util-linux 2.38 under strace):
-#   mount -t xfs -o OPTS DEV DIR   →  mount(realpath(DEV), realpath(DIR), "xfs", <the VFS
+# stage, publish, unpublish and unstage. The calls the driver makes go straight to the kernel, and
+# always onto a descriptor of the target (system/pinned.py), never a path resolved again:
+#   mount -t xfs -o OPTS DEV DIR   →  mount(realpath(DEV), /proc/self/fd/N, "xfs", <the VFS
 #                                     flags of OPTS>, <its other options in order, or NULL>)
-#   mount --bind SRC DIR           →  mount(realpath(SRC), realpath(DIR), NULL, MS_BIND, NULL)
-#   mount -o remount,bind,ro DIR   →  mount(.., DIR, .., MS_REMOUNT|MS_BIND|MS_RDONLY|<the
-#                                     per-mount flags mountinfo shows for DIR>, NULL)
-#   umount [-l] DIR                →  umount2(DIR, 0 or MNT_DETACH)
-# Anything else (a filesystem option not in _FS_DATA_OPTIONS, userspace options, a source that is
-# not a block device, a mount libmount tracks in utab) goes to the tool, and so does every mount the
-# kernel refuses: mount(8) may still succeed (it retries a write-protected device read-only), and
-# when it fails too, its CommandError carries mount(8)'s message and the type of the kernel's errno.
-# An unmount the kernel refuses is not retried with umount(8), which would only fail the same way.
+#   mount --bind [-o ro] SRC DIR   →  open_tree(SRC) [+ mount_setattr(RDONLY)] + move_mount(DIR)
+#                                     (fd_mounts.py)
+#   umount [-l] DIR                →  umount2(/proc/self/fd/N, 0 or MNT_DETACH), N the mount's
+#                                     root, identified first by its mount ID
+# A mount with a filesystem option not in _FS_DATA_OPTIONS, a userspace option, or a source that
+# is not a block device goes to the tool (with --no-canonicalize and the descriptor's magic link),
+# and so does every mount the kernel refuses: mount(8) may still succeed (it retries a
+# write-protected device read-only), and when it fails too, its CommandError carries mount(8)'s
+# message and the type of the kernel's errno. An unmount the kernel refuses is not retried with
+# umount(8), which would only fail the same way; a mount libmount tracks in utab is left to it.
 
 MS_RDONLY = 0x1
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
 MS_NOEXEC = 0x8
 MS_SYNCHRONOUS = 0x10
-MS_REMOUNT = 0x20
 MS_DIRSYNC = 0x80
 MS_NOSYMFOLLOW = 0x100
 MS_NOATIME = 0x400
@@ -55,6 +58,7 @@ MS_RELATIME = 0x200000
 MS_STRICTATIME = 0x1000000
 MS_LAZYTIME = 0x2000000
 MNT_DETACH = 0x2
+UMOUNT_NOFOLLOW = 0x8
 
 # mount(8)'s VFS options (libmount's optmap): name → (flag, set it or clear it).
 _VFS_OPTIONS: dict[str, tuple[int, bool]] = {
@@ -82,19 +86,6 @@ _VFS_OPTIONS: dict[str, tuple[int, bool]] = {
     "nolazytime": (MS_LAZYTIME, False),
     "nosymfollow": (MS_NOSYMFOLLOW, True),
     "symfollow": (MS_NOSYMFOLLOW, False),
-}
-# The per-mount flags the kernel prints in mountinfo field 6, which libmount carries over into a
-# remount; "rw" is the absence of MS_RDONLY.
-_MOUNTINFO_FLAGS: dict[str, int] = {
-    "rw": 0,
-    "ro": MS_RDONLY,
-    "nosuid": MS_NOSUID,
-    "nodev": MS_NODEV,
-    "noexec": MS_NOEXEC,
-    "noatime": MS_NOATIME,
-    "nodiratime": MS_NODIRATIME,
-    "relatime": MS_RELATIME,
-    "nosymfollow": MS_NOSYMFOLLOW,
 }
 # Filesystem options mount(8) hands to the kernel as they are (the data argument, in order),
 # with no meaning to libmount itself; others (x-*, _netdev, loop, offset=, ...) go to the tool.
@@ -185,34 +176,14 @@ def _in_utab(path: str) -> bool:
     return any(unescape_mountinfo(field) == wanted for line in lines for field in line.split(" "))
 
 
-def _fast_mount(device: str, target: str, fs_type: str, options: Sequence[str]) -> bool:
-    """mount(2) as mount(8) would call it; False when the call is the tool's to make. OSError
-    when the kernel refuses."""
+def _fast_mount(device: str, target: Pinned, fs_type: str, options: Sequence[str]) -> bool:
+    """mount(2) as mount(8) would call it, onto the pinned target; False when the call is the
+    tool's to make. OSError when the kernel refuses."""
     arguments = mount_arguments(fs_type, options)
     if arguments is None or fs_type not in _FAST_FS_TYPES or not _is_block_device(device):
         return False
     flags, data = arguments
-    sys_mount(os.path.realpath(device), os.path.realpath(target), fs_type, flags, data)
-    return True
-
-
-def _fast_bind(source: str, target: str) -> bool:
-    sys_mount(os.path.realpath(source), os.path.realpath(target), None, MS_BIND)
-    return True
-
-
-def _fast_remount_read_only(target: str, probe: StatmountProbe, lookups: SharedLookups) -> bool:
-    path = os.path.realpath(target)
-    entry = find_mount(path, probe, lookups)
-    if entry is None:
-        return False
-    flags = MS_REMOUNT | MS_BIND | MS_RDONLY
-    for option in entry.options:
-        bit = _MOUNTINFO_FLAGS.get(option)
-        if bit is None:  # a per-mount flag this table does not know: keep mount(8)'s merge
-            return False
-        flags |= bit
-    sys_mount(None, path, None, flags)
+    sys_mount(os.path.realpath(device), target.proc, fs_type, flags, data)
     return True
 
 
@@ -232,32 +203,44 @@ def _fast_or_tool(fast: Callable[[], bool], argv: list[str], lookups: SharedLook
         lookups.changed()  # every caller changes the mount table (or tried to)
 
 
-def _unmount(path: str, lazy: bool, lookups: SharedLookups) -> None:
+def _unmount(parent: Pinned, name: str, lazy: bool, lookups: SharedLookups) -> None:
     try:
-        _unmount_now(path, lazy)
+        _unmount_now(parent, name, lazy)
     finally:
         lookups.changed()
 
 
-def _unmount_now(path: str, lazy: bool) -> None:
-    flags = MNT_DETACH if lazy else 0
-    if not _in_utab(path):
-        try:
-            sys_umount(path, flags)
-        except OSError as exc:
-            raise syscall_error("umount2", path, exc) from exc
-        return
+def _unmount_now(parent: Pinned, name: str, lazy: bool) -> None:
+    """Unmount the mount whose root is parent's entry `name`, identified first by its mount ID.
+
+    A descriptor of the mount holds it, so umount2(2) through one is busy unless lazy: a lazy
+    detach goes through the descriptor itself; any other unmount goes through the pinned parent
+    (/proc/self/fd/P/NAME, the last component never followed), after the mount there is checked
+    to be still the one identified, so no symbolic link swapped in can redirect it."""
     try:
-        run(["umount", "-l", path] if lazy else ["umount", path])
-    except CommandError as exc:
-        # umount(8)'s exit status says only that it failed; the kernel says why.
-        try:
-            sys_umount(path, flags)
-        except OSError as again:
-            raise command_error(
-                exc.argv, exc.returncode, exc.stdout, exc.stderr, errno=again.errno
-            ) from exc
-        log.debug("umount(8) failed (%s), umount2(2) did not; %s is unmounted", exc, path)
+        child = parent.open_child(name)
+    except (FileNotFoundError, SymlinkInPath):
+        return
+    with child:
+        identified = fd_mounts.mount_of(child)
+        if identified is None:
+            return  # no mount's root: nothing to unmount here
+        if lazy:
+            _umount(child.proc, MNT_DETACH, child.path)
+            return
+    via_parent = f"{parent.proc}/{name}"
+    if fd_mounts.mount_at(via_parent) != identified:
+        raise syscall_error(
+            "umount2", os.path.join(parent.path, name), OSError(errno.EAGAIN, "changed meanwhile")
+        )
+    _umount(via_parent, UMOUNT_NOFOLLOW, os.path.join(parent.path, name))
+
+
+def _umount(path: str, flags: int, shown: str) -> None:
+    try:
+        sys_umount(path, flags)
+    except OSError as exc:
+        raise syscall_error("umount2", shown, exc) from exc
 
 
 class LinuxMounts:
@@ -267,52 +250,94 @@ class LinuxMounts:
         # Where that is mountinfo, one RPC's lookups share a parse (shared_lookups()).
         self.lookups = SharedLookups()
 
+    # Every path-based call opens its path with no symbolic link followed and acts on that.
     def mount(self, device: str, target: str, fs_type: str, options: Sequence[str]) -> None:
-        argv = ["mount", "-t", fs_type]
+        with Pinned.open(target) as pinned:
+            self.mount_on(device, pinned, fs_type, options)
+
+    def mount_on(self, device: str, target: Pinned, fs_type: str, options: Sequence[str]) -> None:
+        # The tool gets the same object: --no-canonicalize keeps mount(8) from resolving the
+        # magic link to a path of its own; the kernel follows it to the descriptor's object.
+        argv = ["mount", "--no-canonicalize", "-t", fs_type]
         if options:
             argv += ["-o", ",".join(options)]
         _fast_or_tool(
             functools.partial(_fast_mount, device, target, fs_type, options),
-            [*argv, device, target],
+            [*argv, device, f"/proc/{os.getpid()}/fd/{target.fd}"],
             self.lookups,
         )
 
     def bind(self, source: str, target: str, *, read_only: bool) -> None:
-        _fast_or_tool(
-            functools.partial(_fast_bind, source, target),
-            ["mount", "--bind", source, target],
-            self.lookups,
-        )
-        if not read_only:
-            return
-        # A bind can't be made read-only in the same call; if the remount fails, don't leave a
-        # writable bind behind where a read-only one was asked for.
+        with Pinned.open(source) as pinned_source, Pinned.open(target) as pinned_target:
+            self.bind_on(pinned_source, pinned_target, read_only=read_only)
+
+    def bind_on(self, source: Pinned, target: Pinned, *, read_only: bool) -> None:
         try:
-            _fast_or_tool(
-                functools.partial(_fast_remount_read_only, target, self.statmount, self.lookups),
-                ["mount", "-o", "remount,bind,ro", target],
-                self.lookups,
-            )
-        except CommandError:
-            try:
-                run(["umount", target])
-            finally:
-                self.lookups.changed()
-            raise
+            fd_mounts.bind_onto(source, target, read_only=read_only)
+        except OSError as exc:
+            raise syscall_error("mount --bind", target.path, exc) from exc
+        finally:
+            self.lookups.changed()
+
+    def bind_device_on(self, device: str, target: Pinned, *, read_only: bool) -> None:
+        with Pinned.open(device) as node:
+            self.bind_on(node, target, read_only=read_only)
 
     def unmount(self, target: str, *, lazy: bool = False) -> None:
-        path = os.path.realpath(target)
-        if self.find(path) is None:
-            return
+        path = os.path.normpath(target)
         try:
-            _unmount(path, lazy, self.lookups)
+            parent = Pinned.open(os.path.dirname(path))
+        except (FileNotFoundError, NotADirectoryError, SymlinkInPath):
+            return  # nothing is mounted at a path that is not there, or through a link
+        with parent:
+            if _in_utab(path) and self.find(path) is not None:
+                self._unmount_tool(path, lazy)
+            else:
+                self.unmount_on(parent, os.path.basename(path), lazy=lazy)
+
+    def _unmount_tool(self, path: str, lazy: bool) -> None:
+        """libmount keeps userspace state for this mount (a userspace option): only umount(8)
+        clears it, and it takes a path. The driver's volumes never carry such options."""
+        try:
+            run(["umount", "-l", path] if lazy else ["umount", path])
+        except CommandError as exc:
+            # umount(8)'s exit status says only that it failed; the kernel says why.
+            try:
+                sys_umount(path, MNT_DETACH if lazy else 0)
+            except OSError as again:
+                raise command_error(
+                    exc.argv, exc.returncode, exc.stdout, exc.stderr, errno=again.errno
+                ) from exc
+            log.debug("umount(8) failed (%s), umount2(2) did not; %s is unmounted", exc, path)
+        finally:
+            self.lookups.changed()
+
+    def unmount_on(self, parent: Pinned, name: str, *, lazy: bool = False) -> None:
+        try:
+            _unmount(parent, name, lazy, self.lookups)
         except CommandError:
-            if self.find(path) is None:  # someone else unmounted it meanwhile
+            try:
+                gone = fd_mounts.mount_at(f"{parent.proc}/{name}") is None
+            except OSError:
+                gone = True
+            if gone:  # someone else unmounted it meanwhile
                 return
             raise
 
     def find(self, target: str) -> MountEntry | None:
-        return find_mount(os.path.realpath(target), self.statmount, self.lookups)
+        try:
+            path = os.path.realpath(target)
+        except OSError:  # a link on the way replaced while it was read: no mount is *at* it
+            return None
+        return find_mount(path, self.statmount, self.lookups)
+
+    def find_on(self, target: Pinned) -> MountEntry | None:
+        try:
+            return fd_mounts.find_on(target)
+        except OSError:  # no statx mount ID (Linux < 5.8): the object's path, looked up now
+            path = target.where()
+            entry = self.find(path)
+            return entry if entry is not None and entry.mount_point == path else None
 
     def shared_lookups(self) -> AbstractContextManager[None]:
         return self.lookups.scope()
