@@ -62,6 +62,7 @@ def _block_volume(stubs: Stubs, work: Path, node_id: str) -> Iterator[tuple[str,
     vid = stubs.controller.CreateVolume(rq.create_volume("cbt", cap, VOLUME)).volume.volume_id
     staging, target = work / "staging", work / "pod" / "dev"
     staging.mkdir(parents=True, exist_ok=True)
+    target.parent.mkdir(parents=True, exist_ok=True)  # as the kubelet does
     ctx = dict(
         stubs.controller.ControllerPublishVolume(
             rq.controller_publish(vid, node_id, cap)

@@ -66,6 +66,7 @@ def lifecycle(
     staging = work / "staging" / name
     staging.mkdir(parents=True, exist_ok=True)
     target = work / "pods" / name / ("dev" if kind == "block" else "mount")
+    target.parent.mkdir(parents=True, exist_ok=True)  # as the kubelet does
     vol = Volume(staging=staging, target=target)
     steps: dict[str, float] = {}
     step = stepper(steps)
@@ -107,6 +108,8 @@ def lifecycle(
         # in pods/ stays for the leak count.
         with contextlib.suppress(OSError):
             staging.rmdir()
+        with contextlib.suppress(OSError):
+            target.parent.rmdir()
     steps["total"] = sum(steps.values())
     return steps
 

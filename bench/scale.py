@@ -69,6 +69,7 @@ def one_round(
     staging = work / "staging" / f"probe-{index}"
     staging.mkdir(parents=True, exist_ok=True)
     target = work / "pods" / f"probe-{index}" / "mount"
+    target.parent.mkdir(parents=True, exist_ok=True)  # as the kubelet does
     vol = Volume(volume_id=volume_id, staging=staging, target=target)
     steps: dict[str, float] = {}
     step = stepper(steps)

@@ -75,6 +75,7 @@ def _in_use(stubs: Stubs, work: Path, node_id: str, volume: pb.Volume, name: str
     staging = work / "staging" / name
     staging.mkdir(parents=True, exist_ok=True)
     target = work / "pods" / name / "mount"
+    target.parent.mkdir(parents=True, exist_ok=True)  # as the kubelet does
     vol = Volume(volume_id=volume.volume_id, staging=staging, target=target)
     try:
         published = stubs.controller.ControllerPublishVolume(

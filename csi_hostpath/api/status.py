@@ -42,6 +42,7 @@ STATUS_OF: dict[type[Exception], grpc.StatusCode] = {
     errors.NotReady: grpc.StatusCode.FAILED_PRECONDITION,
     errors.TargetBusy: grpc.StatusCode.FAILED_PRECONDITION,
     errors.ForeignMount: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.PathDiverted: grpc.StatusCode.FAILED_PRECONDITION,
     errors.OnlineResizeUnavailable: grpc.StatusCode.FAILED_PRECONDITION,
     errors.NotImplementedHere: grpc.StatusCode.UNIMPLEMENTED,
     errors.Busy: grpc.StatusCode.ABORTED,

@@ -23,6 +23,11 @@ MiB = 1 << 20
 DEMO_CAPABILITY = rq.mount_cap("ext4")
 
 
+def _make_dirs(*paths: Path) -> None:
+    for path in paths:
+        path.mkdir()
+
+
 def _remove_dirs(*paths: Path) -> None:
     for path in paths:
         if path.is_dir() and not os.path.ismount(path):
@@ -57,7 +62,9 @@ def run_demo(endpoint: str, state_dir: Path, pool_dir: Path, out: TextIO) -> int
     layout = PoolLayout(pool_dir)
     work = Path(tempfile.mkdtemp(prefix="csihp-demo-"))
     staging, target = work / "globalmount", work / "pod" / "mount"
-    staging.mkdir()
+    # As the kubelet does: the staging directory and the target's parent; the driver makes the
+    # target itself.
+    _make_dirs(staging, target.parent)
     undo: list[Callable[[], object]] = []
     volume_id = ""
 

@@ -123,3 +123,8 @@ class HeldElsewhere(DriverError):
 class ForeignMount(DriverError):
     """Something other than the volume is mounted where the volume is: never unmounted for it,
     and the volume is not torn down from under it (FAILED_PRECONDITION)."""
+
+
+class PathDiverted(DriverError):
+    """A path the volume was mounted at now leads through a symbolic link: the driver never
+    unmounts through one, and the volume's mount stays where it is (FAILED_PRECONDITION)."""

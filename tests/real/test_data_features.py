@@ -288,6 +288,7 @@ def test_inline_ephemeral_volume_lives_and_dies_with_its_pod(workdir: Path) -> N
 def _inline_lifecycle(driver: Client, workdir: Path) -> None:
     cap = h.mount_cap("ext4")
     target = workdir / "pods" / "p1" / "volumes" / "inline"
+    h.kubelet_makes(target.parent)
     kubelet_id = "csi-" + "f" * 64
     request = pb.NodePublishVolumeRequest(
         volume_id=kubelet_id,

@@ -32,6 +32,7 @@ def inline_request(target: Path, size: str = "", name: str = NAME) -> object:
     context = {EPHEMERAL: "true", "csi.storage.k8s.io/pod.name": "p1"}
     if size:
         context["size"] = size
+    h.kubelet_makes(target.parent)
     return pb.NodePublishVolumeRequest(
         volume_id=name,
         target_path=str(target),

@@ -94,7 +94,7 @@ def test_a_path_released_another_way_is_no_longer_reported_busy(tmp_path: Path) 
         target.mkdir()
         mounts.note_busy(str(target), "held by pid 1 (x, cwd)")
         mounts.note_busy(str(staging), "held by pid 1 (x, cwd)")
-        mounts.remove_target(str(target))
+        mounts.take_down_target("vol-x", str(target), recorded=True, lazy=True)  # as a fence
         assert str(target) not in mounts.busy
         system.pool.create(system.pool.root / "v.img", 16 << 20)
         device = system.loop.attach(system.pool.root / "v.img", "csihp:t:v")

@@ -17,6 +17,7 @@ from csi_hostpath.cli import build_parser, config_from_args
 from csi_hostpath.daemon.server import build_driver, start
 from csi_hostpath.system.base import MountEntry
 from csi_hostpath.system.fake import fake_system
+from csi_hostpath.system.pinned import Pinned
 from tests import helpers as h
 from tests.conftest import Client, driver_args
 
@@ -66,7 +67,7 @@ def test_stage_and_publish_look_mounts_up_inside_the_scope(
     system = fake_system(config.pool_dir, capacity_bytes=256 << 20)
     depth = [0]
     lookups: list[bool] = []  # for each lookup: was it inside an RPC's scope?
-    find = system.mounts.find
+    find, find_on = system.mounts.find, system.mounts.find_on
 
     @contextlib.contextmanager
     def counted() -> Iterator[None]:
@@ -80,8 +81,13 @@ def test_stage_and_publish_look_mounts_up_inside_the_scope(
         lookups.append(depth[0] > 0)
         return find(target)
 
+    def recorded_on(target: Pinned) -> MountEntry | None:
+        lookups.append(depth[0] > 0)
+        return find_on(target)
+
     monkeypatch.setattr(system.mounts, "shared_lookups", counted)
     monkeypatch.setattr(system.mounts, "find", recorded)
+    monkeypatch.setattr(system.mounts, "find_on", recorded_on)
     driver = build_driver(config, system=system)
     start(driver)
     client = Client(config.socket_path)

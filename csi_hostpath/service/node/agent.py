@@ -11,7 +11,7 @@ from typing import Any
 
 from csi_hostpath.core import conditions, ledger_rules
 from csi_hostpath.core.context_keys import GENERATION_KEY
-from csi_hostpath.core.errors import Busy, GenerationRevoked
+from csi_hostpath.core.errors import Busy, ForeignMount, GenerationRevoked, PathDiverted
 from csi_hostpath.core.model import AccessType, NodePublication, NodeStaging
 from csi_hostpath.core.naming import loop_tag
 from csi_hostpath.service.node._log import log
@@ -167,13 +167,21 @@ class NodeAgent:
                 self.system.fs.shutdown(s.staging_path)
             except Exception:
                 log.exception("filesystem shutdown of %s failed; unmounting anyway", s.staging_path)
+        device = self.system.loop.find(loop_tag(self.node_id, s.volume_id))
+        # Each mount is taken down only where it is the volume's own; one that can't be (a path
+        # that now leads through a link, a foreign mount stacked there) is logged, and the rest
+        # of the fence goes on: the filesystem is shut down already.
         for p in targets:
-            self.system.mounts.unmount(p.target_path, lazy=True)
-            self.mounts.remove_target(p.target_path)
+            try:
+                self.mounts.take_down_target(s.volume_id, p.target_path, recorded=True, lazy=True)
+            except (PathDiverted, ForeignMount) as e:
+                log.error("fence of %s: %s", s.volume_id, e)
             self.store.delete_node_publication(p.target_path)
         if s.access_type == AccessType.MOUNT:
-            self.system.mounts.unmount(s.staging_path, lazy=True)
-        device = self.system.loop.find(loop_tag(self.node_id, s.volume_id))
+            try:
+                self.mounts.unmount_staging(s.volume_id, s.staging_path, device, lazy=True)
+            except (PathDiverted, ForeignMount) as e:
+                log.error("fence of %s: %s", s.volume_id, e)
         if device is not None:
             self.system.loop.detach(device)
         self.store.delete_staging(s.volume_id)

@@ -3,43 +3,45 @@ it down again. Idempotent: each step first looks at what the kernel already has.
 
 from __future__ import annotations
 
-import errno
 import os
 import time
-from contextlib import suppress
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from csi_hostpath.core import access
 from csi_hostpath.core.errors import (
     ForeignMount,
-    HeldElsewhere,
     Incompatible,
-    InvalidRequest,
     NotStaged,
+    PathDiverted,
     TargetBusy,
-    WrongAccessForVolume,
 )
 from csi_hostpath.core.model import AccessType, Capability, NodeStaging
 from csi_hostpath.core.naming import loop_tag, node_key
 from csi_hostpath.service.node._log import log
 from csi_hostpath.service.node.node_context import NodeContext
-from csi_hostpath.service.node.paths import create_file_nofollow, mounted_at, refuse_symlink
+from csi_hostpath.service.node.staging_fs import mount_filesystem
+from csi_hostpath.service.node.targets import (
+    Make,
+    Opened,
+    open_existing,
+    open_for_mount,
+    remove_made,
+    require_empty,
+    shown,
+)
 from csi_hostpath.system.base import (
-    CommandError,
     LoopDevice,
     MountEntry,
     ResourceBusy,
     held_by,
 )
+from csi_hostpath.system.pinned import SymlinkInPath
 
 # A bind of a block device node shows the filesystem /dev is: devtmpfs on a host, a tmpfs in a
 # container whose runtime populated /dev (a kind node).
 DEVICE_NODE_FS = ("devtmpfs", "tmpfs")
-
-# A grown device and its filesystem may differ by less than this without a grow: filesystems
-# round their size down to whole blocks and allocation groups.
-GROW_SLACK = 1 * access.MiB
 
 
 class NodeMounts:
@@ -86,9 +88,13 @@ class NodeMounts:
             and self.system.devices.is_node(entry.mount_point, device.path)
         )
 
-    def unmount(self, path: str, *, lazy: bool = False) -> None:
+    def unmount(self, opened: Opened, *, lazy: bool = False) -> None:
+        """Unmount the mount whose root opened holds (the caller identified it as the volume's),
+        then reopen the name from the pinned parent: what is there now."""
+        path = opened.path
+        opened.obj.close()  # a descriptor of the mount would keep it busy
         try:
-            self.system.mounts.unmount(path, lazy=lazy)
+            self.system.mounts.unmount_on(opened.parent, opened.name, lazy=lazy)
         except ResourceBusy as e:
             who = held_by(self.system.mounts.holders(path)) or self.mounted_beneath(path)
             self.note_busy(path, who)
@@ -103,6 +109,16 @@ class NodeMounts:
                 f"{path} is busy: a process has files or its working directory in it, or "
                 "another mount sits beneath it; retry once it is released"
             ) from e
+        finally:
+            try:
+                opened.reopen()
+            except (SymlinkInPath, FileNotFoundError) as e:
+                # The volume's mount there is down; what the name holds now is a link, which is
+                # never followed, so whatever else the call had to do there waits for a retry.
+                raise PathDiverted(
+                    f"{shown(path)} was replaced by a symbolic link as the volume's mount there "
+                    "was taken down; restore the directory the CO made, then retry"
+                ) from e
         self.busy.pop(path, None)
 
     def mounted_beneath(self, path: str) -> str:
@@ -146,28 +162,11 @@ class NodeMounts:
         }
 
     @staticmethod
-    def prepare_dir(path: str, what: str) -> None:
-        refuse_symlink(path, what)
-        if os.path.lexists(path) and not os.path.isdir(path):
-            raise InvalidRequest(f"{what} {path} exists and is not a directory")
-        try:
-            os.makedirs(path, exist_ok=True)
-        except OSError as e:
-            raise InvalidRequest(f"{what} {path} can't be created: {e.strerror}") from e
-        refuse_symlink(path, what)  # swapped in while it was made
-
-    @staticmethod
-    def prepare_file(path: str, what: str) -> None:
-        refuse_symlink(path, what)
-        if os.path.isdir(path):
-            raise InvalidRequest(f"{what} {path} is a directory; a block volume needs a file")
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            create_file_nofollow(path)
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                refuse_symlink(path, what)
-            raise InvalidRequest(f"{what} {path} can't be created: {e.strerror}") from e
+    def check_target(path: str, what: str, make: Make) -> None:
+        """The early check of a path a later step mounts onto (which opens it again, and checks
+        the object it then holds): fail before a loop device is attached for nothing."""
+        with open_for_mount(path, what, make):
+            pass
 
     def attach(self, volume_id: str, backing: Path, *, read_only: bool = False) -> LoopDevice:
         device = self.system.loop.attach(
@@ -188,127 +187,99 @@ class NodeMounts:
         *,
         read_only: bool = False,
     ) -> None:
-        mounted = self.system.mounts.find(staging_path)
-        if mounted is not None:
-            if mounted.source == device:
-                return
-            raise Incompatible(f"{staging_path} already has {mounted.source} mounted on it")
-        self.busy.pop(staging_path, None)  # a fence's lazy unmount may have left it noted
-        found = self.system.fs.probe(device)
-        grow = False
-        if found is None:
-            if read_only:
-                raise WrongAccessForVolume(
-                    f"volume {volume_id} holds no filesystem yet, and a read-only stage can't "
-                    "make one: a writer must stage it first, or restore it from a snapshot"
-                )
-            log.info("formatting %s (%s) as %s", volume_id, device, fs_type)
-            self.system.fs.mkfs(device, fs_type)
-        elif found != fs_type:
-            raise WrongAccessForVolume(
-                f"volume {volume_id} already holds a {found} filesystem; it can't be staged as "
-                f"{fs_type}"
+        with open_for_mount(staging_path, "staging_target_path", "dir") as opened:
+            mounted = self.system.mounts.find_on(opened.obj)
+            if mounted is not None:
+                if mounted.source == device:
+                    return
+                raise Incompatible(f"{staging_path} already has {mounted.source} mounted on it")
+            require_empty(opened, "staging_target_path")
+            self.busy.pop(staging_path, None)  # a fence's lazy unmount may have left it noted
+            mount_filesystem(
+                self.system, volume_id, device, opened, fs_type, cap, read_only=read_only
             )
-        else:
-            # Restored into a larger volume, or expanded while unstaged: grow to the device.
-            fs_size = self.system.fs.size(device) or 0
-            grow = self.system.devices.size(device) - fs_size >= GROW_SLACK
-            if grow and fs_type == "ext4":
-                log.info("growing the ext4 of %s to its device before mounting", volume_id)
-                self.grow_offline(volume_id, device)
-                grow = False
-        options = list(cap.mount_flags)
-        if cap.access_mode in access.READER_ONLY_MODES or read_only:
-            options.append("ro")
-        if fs_type == "xfs" and "nouuid" not in options:
-            # A clone or restore carries its source's xfs UUID, and the kernel refuses a second
-            # mount of one UUID, even in another node plugin's mount namespace on this kernel.
-            options.append("nouuid")
-        self.prepare_dir(staging_path, "staging_target_path")
-        try:
-            self.system.mounts.mount(device, staging_path, fs_type, options)
-        except CommandError as e:
-            if cap.mount_flags and self.mounts_without(device, staging_path, fs_type):
-                raise InvalidRequest(
-                    f"the kernel refused the mount flags {list(cap.mount_flags)} for "
-                    f"{fs_type}: {e.stderr.strip()[:300]}"
-                ) from e
-            raise
-        if grow:
-            log.info("growing the %s of %s to its device", fs_type, volume_id)
-            self.system.fs.grow(device, staging_path, fs_type)
-
-    def grow_offline(self, volume_id: str, device: str) -> None:
-        try:
-            self.system.fs.grow_offline(device, "ext4")
-        except ResourceBusy as e:
-            who = held_by(self.system.loop.holders(device)) or "by a mount this plugin can't see"
-            raise HeldElsewhere(
-                f"volume {volume_id} grew while it was unstaged, and its ext4 must grow with it "
-                f"before it is mounted, but {device} is still in use, {who}: a copy of its old "
-                "mount lives on in another mount namespace (a process that unshared its mounts, "
-                "or a container started, while the volume was staged). NodeStageVolume succeeds "
-                "once that process ends or unmounts it: stop it, or run "
-                "`nsenter -t PID -m umount MOUNT_POINT` with the PID and the mount point above"
-            ) from e
-
-    def mounts_without(self, device: str, staging_path: str, fs_type: str) -> bool:
-        """Does the device mount without the CO's flags? Then the flags were the problem."""
-        try:
-            self.system.mounts.mount(
-                device, staging_path, fs_type, ["ro", "nouuid"] if fs_type == "xfs" else ["ro"]
-            )
-        except CommandError:
-            return False
-        self.system.mounts.unmount(staging_path)
-        return True
 
     def bind_target(
         self, volume_id: str, staged: NodeStaging, target_path: str, readonly: bool
     ) -> None:
         device = self.system.loop.find(loop_tag(self.node_id, volume_id))
-        present = self.system.mounts.find(target_path)
-        if present is not None:
-            if self.is_ours(present, device):
-                return
-            raise Incompatible(
-                f"{target_path} already has {present.source} mounted on it, not volume {volume_id}"
-            )
-        if staged.access_type == AccessType.MOUNT:
-            if self.system.mounts.find(staged.staging_path) is None:
-                raise NotStaged(
-                    f"volume {volume_id}: nothing is mounted at {staged.staging_path}; stage again"
-                )
-            self.prepare_dir(target_path, "target_path")
-            self.system.mounts.bind(staged.staging_path, target_path, read_only=readonly)
-        else:
+        if staged.access_type != AccessType.MOUNT:
             if device is None:
                 raise NotStaged(f"volume {volume_id} has no loop device on this node; stage again")
-            self.prepare_file(target_path, "target_path")
-            self.system.mounts.bind(device.path, target_path, read_only=readonly)
+            with open_for_mount(target_path, "target_path", "file") as target:
+                if self._bound_already(volume_id, target, device):
+                    return
+                self.system.mounts.bind_device_on(device.path, target.obj, read_only=readonly)
+            return
+        # The target's parent on the volume's own filesystem (another name for a directory
+        # inside the staging mount) is refused before anything is made in it.
+        with (
+            self._staged_mount(volume_id, staged, device) as (staging, mounted),
+            open_for_mount(
+                target_path, "target_path", "dir", not_on=mounted.device_number
+            ) as target,
+        ):
+            if self._bound_already(volume_id, target, device):
+                return
+            self.system.mounts.bind_on(staging.obj, target.obj, read_only=readonly)
+
+    def _bound_already(self, volume_id: str, target: Opened, device: LoopDevice | None) -> bool:
+        """True for the repeat (the volume's own mount is there); Incompatible for another's;
+        InvalidRequest for a target that holds anything."""
+        present = self.system.mounts.find_on(target.obj)
+        if present is not None:
+            if self.is_ours(present, device):
+                return True
+            raise Incompatible(
+                f"{target.path} already has {present.source} mounted on it, not volume {volume_id}"
+            )
+        require_empty(target, "target_path")
+        return False
+
+    @contextmanager
+    def _staged_mount(
+        self, volume_id: str, staged: NodeStaging, device: LoopDevice | None
+    ) -> Iterator[tuple[Opened, MountEntry]]:
+        """The volume's staging mount, pinned: the source of a bind is the mount identified as
+        the volume's, not whatever the staging path leads to now."""
+        try:
+            opened = open_existing(staged.staging_path)
+        except SymlinkInPath as e:
+            raise PathDiverted(
+                f"volume {volume_id}: staging_target_path {staged.staging_path} now leads "
+                "through a symbolic link; restore the directory the CO made, then retry"
+            ) from e
+        if opened is None:
+            raise NotStaged(
+                f"volume {volume_id}: nothing is mounted at {staged.staging_path}; stage again"
+            )
+        with opened:
+            mounted = self.system.mounts.find_on(opened.obj)
+            if mounted is None or not self.is_ours(mounted, device):
+                raise NotStaged(
+                    f"volume {volume_id}: its filesystem is not mounted at {staged.staging_path}"
+                    "; stage again"
+                )
+            yield opened, mounted
+
+    def where_mounted(self, device: LoopDevice | None) -> str:
+        """ ", and it is mounted at A, B" for a message: where the volume's mounts really are."""
+        points = [m.mount_point for m in self.system.mounts.list() if self.is_ours(m, device)]
+        return f", and it is mounted at {', '.join(points[:4])}" if points else ""
+
+    def diverted(self, volume_id: str, what: str, path: str, device: LoopDevice | None) -> str:
+        return (
+            f"volume {volume_id}: {what} {shown(path)} now leads through a symbolic link. The "
+            f"driver never unmounts through one, so the volume stays mounted"
+            f"{self.where_mounted(device)}. Restore the directory the CO made (a real one), "
+            "then retry"
+        )
 
     def teardown(self, volume_id: str, staging_path: str) -> None:
         """Unmount the staging path if the volume is what is mounted there, detach the loop
         device, forget the staging record. Never touches a mount that is not the volume's."""
-        mounted = mounted_at(self.system, staging_path)
         device = self.system.loop.find(loop_tag(self.node_id, volume_id))
-        if (
-            mounted is not None
-            and not self.is_ours(mounted, device)
-            and (device is not None or self.store.get_staging(volume_id) is not None)
-        ):
-            # Answering OK would let the CO delete the backing file while whatever sits
-            # here (a stacked mount, a second loop device over ours) still uses the volume.
-            raise ForeignMount(
-                f"{staging_path} has {mounted.source} ({mounted.fs_type}) mounted on it, "
-                f"not volume {volume_id}'s device: it was mounted there by someone else. "
-                f"Unmount it (umount {staging_path}), then retry NodeUnstageVolume"
-            )
-        for _ in range(4):  # a racing stage may have stacked the volume's mount twice
-            if mounted is None or not self.is_ours(mounted, device):
-                break
-            self.unmount(staging_path)
-            mounted = self.system.mounts.find(staging_path)
+        self.unmount_staging(volume_id, staging_path, device)
         if device is not None:
             self.system.loop.detach(device)
             if self.system.loop.find(device.tag) is not None:
@@ -318,40 +289,78 @@ class NodeMounts:
                 who = held_by(self.system.loop.holders(device.path))
                 if who:
                     log.warning("detach of %s (%s) waits: %s", device.path, volume_id, who)
-        if self.is_ephemeral(staging_path):
-            with suppress(OSError):
-                os.rmdir(staging_path)
         self.store.delete_staging(volume_id)
 
-    def remove_target(self, target_path: str) -> None:
-        # Only what this plugin created: an empty directory or an empty placeholder file, never
-        # a symlink (the driver never makes one) or what it points to.
-        if os.path.islink(target_path) or self.system.mounts.find(target_path) is not None:
-            return
-        # Unmounted some other way (a fence's lazy unmount): nobody holds it busy any more.
-        self.busy.pop(target_path, None)
+    def unmount_staging(
+        self, volume_id: str, staging_path: str, device: LoopDevice | None, *, lazy: bool = False
+    ) -> None:
+        """The volume's own mount at the staging path, found through a descriptor of what the
+        path holds and unmounted through it; a mount that is not the volume's is never touched."""
+        recorded = device is not None or self.store.get_staging(volume_id) is not None
         try:
-            if os.path.isdir(target_path) and not os.path.islink(target_path):
-                os.rmdir(target_path)
-            elif os.path.isfile(target_path) and os.path.getsize(target_path) == 0:
-                os.unlink(target_path)
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            log.warning("left %s in place: %s", target_path, e)
+            opened = open_existing(staging_path)
+        except SymlinkInPath as e:
+            if not recorded:
+                return
+            raise PathDiverted(
+                self.diverted(volume_id, "staging_target_path", staging_path, device)
+            ) from e
+        if opened is None:
+            return
+        with opened:
+            mounted = self.system.mounts.find_on(opened.obj)
+            if mounted is not None and not self.is_ours(mounted, device) and recorded:
+                # Answering OK would let the CO delete the backing file while whatever sits
+                # here (a stacked mount, a second loop device over ours) still uses the volume.
+                raise ForeignMount(
+                    f"{staging_path} has {mounted.source} ({mounted.fs_type}) mounted on it, "
+                    f"not volume {volume_id}'s device: it was mounted there by someone else. "
+                    f"Unmount it (umount {staging_path}), then retry NodeUnstageVolume"
+                )
+            for _ in range(4):  # a racing stage may have stacked the volume's mount twice
+                if mounted is None or not self.is_ours(mounted, device):
+                    break
+                self.unmount(opened, lazy=lazy)
+                mounted = self.system.mounts.find_on(opened.obj)
+            if self.is_ephemeral(staging_path):
+                remove_made(opened)
 
-    def check_same_stage(self, existing: NodeStaging, cap: Capability, fs_type: str) -> None:
-        """A repeated NodeStage must ask for what is staged; other flags are ALREADY_EXISTS."""
-        problems = []
-        if fs_type != existing.fs_type:
-            problems.append(f"as {existing.fs_type or 'block'}, not {fs_type or 'block'}")
-        mounted = self.system.mounts.find(existing.staging_path)
-        if cap.access_type == AccessType.MOUNT and mounted is not None:
-            have, want = access.vfs_flags(mounted.options), access.vfs_flags(cap.mount_flags)
-            if have != want:
-                problems.append(f"with mount flags {sorted(have)}, not {sorted(want)}")
-        if problems:
-            raise Incompatible(
-                f"volume {existing.volume_id} is already staged at {existing.staging_path} "
-                f"{' and '.join(problems)}; unstage it before staging it differently"
-            )
+    def take_down_target(
+        self, volume_id: str, target_path: str, *, recorded: bool, lazy: bool = False
+    ) -> bool:
+        """Unmount the volume's mount at target_path and remove the target the driver made.
+        False when nothing of the volume's is there and nothing records it: nothing is touched.
+        The mount is identified by what it is (the volume's device), through a descriptor of
+        what the path holds, never by the path again."""
+        device = self.system.loop.find(loop_tag(self.node_id, volume_id))
+        try:
+            opened = open_existing(target_path)
+        except SymlinkInPath as e:
+            if not recorded:
+                log.info("%s leads through a symbolic link: nothing of %s's there",
+                         shown(target_path), volume_id)  # fmt: skip
+                return False
+            raise PathDiverted(self.diverted(volume_id, "target_path", target_path, device)) from e
+        if opened is None:
+            self.busy.pop(target_path, None)
+            return recorded
+        with opened:
+            mounted = self.system.mounts.find_on(opened.obj)
+            ours = mounted is not None and self.is_ours(mounted, device)
+            if not ours and not recorded:
+                return False  # nothing of this volume's is there: leave whatever is
+            if mounted is not None and not ours:
+                raise ForeignMount(
+                    f"{target_path} has {mounted.source} ({mounted.fs_type}) mounted on it, not "
+                    f"volume {volume_id}'s: it is not unmounted for the volume. Unmount it, "
+                    "then retry NodeUnpublishVolume"
+                )
+            for _ in range(4):
+                if mounted is None or not self.is_ours(mounted, device):
+                    break
+                self.unmount(opened, lazy=lazy)
+                mounted = self.system.mounts.find_on(opened.obj)
+            # Unmounted some other way (a fence's lazy unmount): nobody holds it busy any more.
+            self.busy.pop(target_path, None)
+            remove_made(opened)
+        return True

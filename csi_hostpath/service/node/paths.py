@@ -1,19 +1,15 @@
-"""The CO's staging and target paths, judged by what they resolve to, never by their text.
+"""The CO's staging and target paths, judged as text before they are opened (targets.py).
 
-Comparing strings let a symlink through: a staging path that was a symlink to the state
-directory had a volume mounted over state.db, and a dangling symlink at a block target had the
-driver create the file it named. The rules:
+Comparing strings alone once let a symlink through: a staging path that was a symlink to the
+state directory had a volume mounted over state.db. Text is judged here only because the open that
+follows (targets.py, system/pinned.py) refuses a symbolic link in any component: a path that
+passes both names exactly the object it reaches, so its text can be compared.
 
-- The path's *last* component is never a symlink. The CO creates the staging directory and the
-  target's parent as real directories, and the driver creates the target itself, so a symlink
-  there was put there by someone else; mounting through it would land wherever it points.
-- Its ancestors may be symlinks: a kubelet root moved to another disk often is one (kubeadm's
-  own workaround for a custom root-dir). So the parent is resolved (realpath) and the resolved
-  path is what is judged.
-- The resolved path is never the state or pool directory, inside either, or an ancestor of
-  either (a mount there would hide the store or the pool's files from the driver itself).
-- The last line of defence is at creation: a block target is made with O_NOFOLLOW, so a link
-  swapped in after the check fails the call instead of creating the file it names.
+- The path is absolute, without '..', and is normalised.
+- It is never the state or pool directory, inside either, or an ancestor of either (a mount there
+  would hide the store or the pool's files from the driver itself); the driver's directories are
+  compared by their real paths.
+- A target is never the staging path, inside it, or above it (refuse_overlap).
 """
 
 from __future__ import annotations
@@ -23,7 +19,6 @@ import stat
 from pathlib import Path
 
 from csi_hostpath.core.errors import InvalidRequest
-from csi_hostpath.system.base import MountEntry, System
 
 
 def check_path(path: str, what: str) -> str:
@@ -64,7 +59,13 @@ class DriverDirs:
         path = check_path(path, what)
         refuse_symlink(path, what)
         parent, name = os.path.split(path)
-        resolved = os.path.join(os.path.realpath(parent), name) if name else "/"
+        try:
+            resolved = os.path.join(os.path.realpath(parent), name) if name else "/"
+        except OSError as e:  # a link on the way was replaced while it was read
+            raise InvalidRequest(
+                f"{what} {path[:300]!r} changed while it was read ({e.strerror}); a path with a "
+                "symbolic link on the way is refused in any case"
+            ) from e
         for label, directory in self.dirs.items():
             real = os.path.realpath(directory)
             if _within(resolved, real) or _within(real, resolved):
@@ -77,15 +78,20 @@ class DriverDirs:
         return path
 
 
-def mounted_at(system: System, path: str) -> MountEntry | None:
-    """The mount at path itself. A symlink has none: the mount table knows only resolved paths,
-    so following the link would find (and teardown would unmount) whatever it points to, such
-    as another pod's target of the same volume."""
-    return None if os.path.islink(path) else system.mounts.find(path)
-
-
-def create_file_nofollow(path: str) -> None:
-    """Create an empty placeholder file at path unless one is there; a symlink at path (even a
-    dangling one) fails with ELOOP instead of creating the file it names."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
-    os.close(fd)
+def refuse_overlap(target_path: str, staging_path: str) -> None:
+    """A target at, inside or above the staging path: a bind there would make a directory in the
+    user's filesystem, or stack on the staging mount, and its unpublish would take the staging
+    mount down. Both paths are normalised and reach their objects through no link (targets.py),
+    so comparing their text is comparing where they lead."""
+    if target_path == staging_path:
+        where = "the same path as"
+    elif _within(target_path, staging_path):
+        where = "inside"
+    elif _within(staging_path, target_path):
+        where = "an ancestor of"
+    else:
+        return
+    raise InvalidRequest(
+        f"target_path {target_path[:300]!r} is {where} the staging_target_path "
+        f"{staging_path[:300]!r}: the CO gives each its own directory"
+    )

@@ -47,8 +47,9 @@ from csi_hostpath.service.node.inline import InlineVolumes
 from csi_hostpath.service.node.limit import NodeInfo, volume_limit
 from csi_hostpath.service.node.node_context import NodeContext
 from csi_hostpath.service.node.node_mounts import NodeMounts
-from csi_hostpath.service.node.paths import DriverDirs, check_path, mounted_at
+from csi_hostpath.service.node.paths import DriverDirs, check_path, refuse_overlap
 from csi_hostpath.service.node.repair import NodeRepair
+from csi_hostpath.service.node.staging_fs import check_same_stage
 from csi_hostpath.service.node.stats import StagedVolumes, VolumeStats
 from csi_hostpath.service.node.tuning import NodeTuning
 from csi_hostpath.store.mutable_records import MutableRecords
@@ -180,9 +181,9 @@ class NodeService:
                 if fs_type not in access.SUPPORTED_FS_TYPES:
                     raise WrongAccessForVolume(f"fs_type {fs_type!r} is not supported")
             if existing is not None:
-                self.mounts.check_same_stage(existing, cap, fs_type)
+                check_same_stage(self.system, existing, cap, fs_type)
             if cap.access_type == AccessType.MOUNT:
-                self.mounts.prepare_dir(staging_path, "staging_target_path")
+                self.mounts.check_target(staging_path, "staging_target_path", "dir")
             # A reader's stage gets a read-only loop device: a read-only bind of a block device
             # still opens for writing, and a read-only ext4 mount still replays its journal.
             readonly = publish_context.get(READONLY_KEY) == "true" or (
@@ -266,6 +267,7 @@ class NodeService:
                 "staging_target_path is required: this plugin advertises STAGE_UNSTAGE_VOLUME"
             )
         staging_path = check_path(staging_path, "staging_target_path")
+        refuse_overlap(target_path, staging_path)
         with self.inflight.hold(volume_id, "NodePublishVolume"):
             self._backing_file(volume_id)
             staged = self.store.get_staging(volume_id)
@@ -352,15 +354,14 @@ class NodeService:
             record = self.store.get_node_publication(target_path)
             if record is not None and record.volume_id != resolved:
                 raise Incompatible(f"{target_path} belongs to volume {record.volume_id}")
-            mounted = mounted_at(self.system, target_path)
-            device = self.system.loop.find(loop_tag(self.node_id, resolved))
-            if record is None and (mounted is None or not self.mounts.is_ours(mounted, device)):
+            with self._reported_if_busy(resolved):
+                there = self.mounts.take_down_target(
+                    resolved, target_path, recorded=record is not None
+                )
+            if not there:
                 # Nothing of this volume's is there: leave whatever is (the spec's answer is OK).
                 return
-            if mounted is not None:
-                with self._reported_if_busy(resolved):
-                    self.mounts.unmount(target_path)
-            self.mounts.remove_target(target_path)
+            device = self.system.loop.find(loop_tag(self.node_id, resolved))
             if record is not None:
                 self.store.delete_node_publication(target_path)
             self.tuning.unpublished(resolved, device.path if device else None, target_path)
