@@ -13,6 +13,7 @@ from typing import Any
 from csi_hostpath.core.errors import (
     ForeignMount,
     Incompatible,
+    InvalidRequest,
     NotStaged,
     PathDiverted,
     TargetBusy,
@@ -86,6 +87,20 @@ class NodeMounts:
             entry.root == f"/{os.path.basename(device.path)}"
             and entry.fs_type in DEVICE_NODE_FS
             and self.system.devices.is_node(entry.mount_point, device.path)
+        )
+
+    def is_volumes(self, entry: MountEntry, volume_id: str, device: LoopDevice | None) -> bool:
+        """is_ours, and where the volume's loop device is gone (detached behind the driver's
+        back), a mount of the device its staging record names: its filesystem, or a bind of its
+        node. The node can't be asked (its number may be another device's now), but nothing
+        else binds a loop device's node at this volume's recorded target."""
+        if device is not None:
+            return self.is_ours(entry, device)
+        staged = self.store.get_staging(volume_id)
+        if staged is None or not staged.device:
+            return False
+        return entry.source == staged.device or (
+            entry.root == f"/{os.path.basename(staged.device)}" and entry.fs_type in DEVICE_NODE_FS
         )
 
     def unmount(self, opened: Opened, *, lazy: bool = False) -> None:
@@ -233,6 +248,11 @@ class NodeMounts:
             raise Incompatible(
                 f"{target.path} already has {present.source} mounted on it, not volume {volume_id}"
             )
+        if not (target.obj.is_file() or target.obj.is_dir()):  # a device node nothing binds
+            raise InvalidRequest(
+                f"target_path {shown(target.path)} is not a regular file; a block volume needs a "
+                "file"
+            )
         require_empty(target, "target_path")
         return False
 
@@ -346,7 +366,7 @@ class NodeMounts:
             return recorded
         with opened:
             mounted = self.system.mounts.find_on(opened.obj)
-            ours = mounted is not None and self.is_ours(mounted, device)
+            ours = mounted is not None and self.is_volumes(mounted, volume_id, device)
             if not ours and not recorded:
                 return False  # nothing of this volume's is there: leave whatever is
             if mounted is not None and not ours:
@@ -356,7 +376,7 @@ class NodeMounts:
                     "then retry NodeUnpublishVolume"
                 )
             for _ in range(4):
-                if mounted is None or not self.is_ours(mounted, device):
+                if mounted is None or not self.is_volumes(mounted, volume_id, device):
                     break
                 self.unmount(opened, lazy=lazy)
                 mounted = self.system.mounts.find_on(opened.obj)

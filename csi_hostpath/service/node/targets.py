@@ -111,7 +111,9 @@ def open_for_mount(path: str, what: str, make: Make, *, not_on: str = "") -> Ope
     if make == "dir" and not obj.is_dir():
         opened.close()
         raise InvalidRequest(f"{what} {shown(path)} exists and is not a directory")
-    if make == "file" and not obj.is_file():
+    # A block device node is what a target already bound looks like: the caller asks whose
+    # mount it is (the repeat of a publish), and refuses one that is no mount.
+    if make == "file" and not (obj.is_file() or stat.S_ISBLK(obj.st.st_mode)):
         opened.close()
         kind = "a directory" if obj.is_dir() else "not a regular file"
         raise InvalidRequest(f"{what} {shown(path)} is {kind}; a block volume needs a file")

@@ -243,6 +243,14 @@ def _umount(path: str, flags: int, shown: str) -> None:
         raise syscall_error("umount2", shown, exc) from exc
 
 
+def _opened(path: str, call: str) -> Pinned:
+    """Pinned.open, its refusal typed as the mount's own would be (a missing path NotFound)."""
+    try:
+        return Pinned.open(path)
+    except OSError as exc:
+        raise syscall_error(call, path, exc) from exc
+
+
 class LinuxMounts:
     def __init__(self) -> None:
         # Learnt at the first lookup the kernel can't answer by statmount(2); mountinfo after.
@@ -252,7 +260,7 @@ class LinuxMounts:
 
     # Every path-based call opens its path with no symbolic link followed and acts on that.
     def mount(self, device: str, target: str, fs_type: str, options: Sequence[str]) -> None:
-        with Pinned.open(target) as pinned:
+        with _opened(target, "mount") as pinned:
             self.mount_on(device, pinned, fs_type, options)
 
     def mount_on(self, device: str, target: Pinned, fs_type: str, options: Sequence[str]) -> None:
@@ -268,7 +276,10 @@ class LinuxMounts:
         )
 
     def bind(self, source: str, target: str, *, read_only: bool) -> None:
-        with Pinned.open(source) as pinned_source, Pinned.open(target) as pinned_target:
+        with (
+            _opened(source, "mount --bind") as pinned_source,
+            _opened(target, "mount --bind") as pinned_target,
+        ):
             self.bind_on(pinned_source, pinned_target, read_only=read_only)
 
     def bind_on(self, source: Pinned, target: Pinned, *, read_only: bool) -> None:
@@ -280,7 +291,7 @@ class LinuxMounts:
             self.lookups.changed()
 
     def bind_device_on(self, device: str, target: Pinned, *, read_only: bool) -> None:
-        with Pinned.open(device) as node:
+        with _opened(device, "mount --bind") as node:
             self.bind_on(node, target, read_only=read_only)
 
     def unmount(self, target: str, *, lazy: bool = False) -> None:
