@@ -1,11 +1,11 @@
-"""Paths that can't be right, on real loop devices and mounts: a parent swapped for a link after
-the publish, a target at or inside the staging path, directories and files that hold data, a
-parent that the CO did not make.
+"""Paths that can't be right, on real loop devices and mounts.
 
-Each failed on the old code (71b7c67): the unpublish unmounted the other tmpfs and removed its
-directory; the overlapping targets answered OK (one made a directory inside the user's
-filesystem, and its unpublish took the staging mount down); the non-empty directory and file
-were mounted over; the missing parent was made with `mkdir -p`."""
+A parent swapped for a link after the publish, a target at or inside the staging path,
+directories and files that hold data, a parent that the CO did not make. Each failed on the old
+code (71b7c67): the unpublish unmounted the other tmpfs and removed its directory; the
+overlapping targets answered OK (one made a directory inside the user's filesystem, and its
+unpublish took the staging mount down); the non-empty directory and file were mounted over; the
+missing parent was made with `mkdir -p`."""
 
 from __future__ import annotations
 
