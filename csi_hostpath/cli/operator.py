@@ -105,6 +105,11 @@ def _when(ts: float) -> str:
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    from csi_hostpath.core.request_text import shown
+
+    # Names and reasons come from requests and the command line: a newline in one must not
+    # print a row of its own (a forged audit entry), so every cell is shown on one line.
+    rows = [[shown(c) for c in r] for r in rows]
     widths = [
         max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
     ]
