@@ -189,6 +189,20 @@ def _attached(
     return Phase("attached", OK, "; ".join(parts))
 
 
+def unclaimed_phase(node_id: str, entry: dict[str, Any]) -> Phase:
+    """A mount a node's plugin found without a record and left in place (service/node/adopt.py),
+    as inspect and doctor both say it."""
+    return Phase(
+        "staged",
+        STUCK,
+        f"in use on {node_id}: {entry.get('device')} mounted at "
+        f"{', '.join(entry.get('mounts', [])) or 'no path it knows'}",
+        f"{node_id}'s plugin has no record of it and left it in place ({entry.get('unclaimed')})",
+        "the CO's NodeUnpublish/NodeUnstage take it down; or unmount and detach it by hand "
+        "once no pod uses it",
+    )
+
+
 def _staged(
     volume_id: str,
     holders: dict[str, Any],
@@ -200,15 +214,7 @@ def _staged(
 ) -> Phase:
     unclaimed = [n for n, v in sorted(staged_on.items()) if v.get("unclaimed")]
     if unclaimed:
-        n, v = unclaimed[0], staged_on[unclaimed[0]]
-        return Phase(
-            "staged",
-            STUCK,
-            f"in use on {n}: {v.get('device')} mounted at {', '.join(v.get('mounts', []))}",
-            f"{n}'s plugin has no record of it and left it in place ({v.get('unclaimed')})",
-            "the CO's NodeUnpublish/NodeUnstage take it down; or unmount and detach it by hand "
-            "once no pod uses it",
-        )
+        return unclaimed_phase(unclaimed[0], staged_on[unclaimed[0]])
     revoked = [n for n in staged_on if n not in holders]
     if revoked:
         n = revoked[0]
