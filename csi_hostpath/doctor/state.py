@@ -191,4 +191,6 @@ def check_socket(endpoint: str, state_dir: Path, *, daemon_running: bool) -> Fin
     if problems:
         return Finding("socket", "warn", f"{path}: " + "; ".join(problems), "; ".join(fixes))
     serving = "a daemon is listening" if listening else "not probed"
+    if listening is None and not os.access(path, os.W_OK):
+        serving = f"not probed: permission denied to uid {os.geteuid()} (run doctor as root)"
     return Finding("socket", "ok", f"{path}: mode 0600, owner root, {serving}")
