@@ -77,6 +77,11 @@ def denied(state_dir: Path, *, write: bool = False) -> str | None:
                 )
         raise
     db = state_dir / "state.db"
+    if write and os.statvfs(state_dir).f_flag & os.ST_RDONLY:
+        return (
+            f"read-only: the state at {state_dir} is on a read-only filesystem, and this command "
+            "writes it\n  next: run it where the state is mounted read-write (the driver's own)"
+        )
     want = os.R_OK | os.X_OK | (os.W_OK if write else 0)
     if not os.access(state_dir, want):
         return _denied_message(state_dir, st, f"mode {stat.S_IMODE(st.st_mode):04o}")

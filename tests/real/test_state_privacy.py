@@ -113,6 +113,11 @@ def test_read_only_commands_answer_on_a_read_only_state(
             assert done.returncode == 0, done
             assert "readonly" not in done.stderr and "Traceback" not in done.stderr
             assert volume_id in done.stdout, done
+        force = ("ledger", "force-detach", volume_id, "--node", "node-a", "--reason", "r")
+        done = _cli(*force, "--state-dir", str(view), "--pool-dir", str(state_dir / "pool"))
+        assert done.returncode == 1, done
+        assert f"read-only: the state at {view} is on a read-only filesystem" in done.stderr
+        assert "Traceback" not in done.stderr
     finally:
         subprocess.run(["umount", str(view)], check=True)
 
