@@ -52,9 +52,11 @@ def check_state_dir(state_dir: Path) -> Finding:
             "daemon's lock live there",
         )
     db = "with state.db" if (state_dir / "state.db").exists() else "no state.db yet"
+    # Only a ledger to read is worth a warning: `serve` makes a new directory 0700 itself.
+    files = sorted(state_dir.glob("state.db*"))
     open_to = [
         f"{p.name} {stat.S_IMODE(p.stat().st_mode):04o}"
-        for p in (state_dir, *sorted(state_dir.glob("state.db*")))
+        for p in ([state_dir, *files] if files else [])
         if p.stat().st_mode & 0o077
     ]
     if open_to:

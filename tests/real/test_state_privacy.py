@@ -139,3 +139,12 @@ def test_a_read_only_command_never_upgrades_an_older_database(workdir: Path) -> 
         assert "Traceback" not in done.stderr
     assert db_path.read_bytes() == before
     shutil.rmtree(state_dir)
+
+
+def test_doctor_warns_of_a_ledger_others_may_read(state: tuple[Client, Path, str]) -> None:
+    _client, state_dir, _ = state
+    (state_dir / "state.db").chmod(0o644)
+    done = _cli("doctor", "--state-dir", str(state_dir))
+    line = next(x for x in done.stdout.splitlines() if "state-dir" in x)
+    assert line.startswith("WARN") and "state.db 0644" in line, done.stdout
+    assert f"chmod 700 {state_dir}" in done.stdout
