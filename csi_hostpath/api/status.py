@@ -1,5 +1,6 @@
 """The one table from domain errors to gRPC status codes, and the edge that applies it (after
-checking the request's REQUIRED fields, api/required.py)."""
+checking the request's REQUIRED fields, api/required.py, and its size limits and text rules,
+api/limits.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 
-from csi_hostpath.api import required
+from csi_hostpath.api import limits, required
 from csi_hostpath.api._log import log
 from csi_hostpath.core import errors
 from csi_hostpath.core.fullness import is_disk_full
@@ -88,6 +89,7 @@ def rpc(method: F) -> F:
     def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
         try:
             required.check(request)
+            limits.check(request)
             return method(self, request, context)
         except Exception as exc:  # the edge: everything becomes a status
             if context.code() is not None:  # already aborted deliberately; let it through
@@ -127,6 +129,7 @@ def stream_rpc(method: F) -> F:
     def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
         try:
             required.check(request)
+            limits.check(request)
             yield from method(self, request, context)
         except Exception as exc:  # the edge: everything becomes a status
             if context.code() is not None:

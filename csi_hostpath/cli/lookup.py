@@ -4,13 +4,14 @@ names: a volume ID, the driver's CSI name, or a name `csi-hostpath volume` gave.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from csi_hostpath.core.naming import is_volume_id
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.volume_cli.args import run_dir_from
-from csi_hostpath.volume_cli.exit_codes import NO_DRIVER
+from csi_hostpath.volume_cli.exit_codes import FAILED, NO_DRIVER
 from csi_hostpath.volume_cli.records import CSI_NAME_PREFIX, RecordsError, RecordsFile
 
 
@@ -81,3 +82,30 @@ def no_state(state: Path) -> str:
         "run this in the checkout where `make run` keeps ./.run (or below it), or set "
         "$CSI_HOSTPATH_RUN_DIR"
     )
+
+
+def open_state(state: Path, *, write: bool = False) -> Store | int:
+    """The state's store, read-only unless write (a command that only looks never migrates or
+    writes it); or, after saying why on stderr, the exit code: this user may not use it, there
+    is none, or sqlite can't read it."""
+    from csi_hostpath.store.open_state import (
+        StateDenied,
+        StateOutdated,
+        StateUnreadable,
+        open_read_only,
+    )
+    from csi_hostpath.store.private import denied
+
+    # Before looking for state.db: in a directory this user can't enter, it looks absent.
+    problem = denied(state, write=write)
+    if problem is not None:
+        print(f"csi-hostpath: {problem}", file=sys.stderr)
+        return FAILED
+    if not (state / "state.db").exists():
+        print(no_state(state), file=sys.stderr)
+        return NO_STATE
+    try:
+        return Store(state / "state.db") if write else open_read_only(state / "state.db")
+    except (StateDenied, StateOutdated, StateUnreadable) as e:
+        print(f"csi-hostpath: {e}", file=sys.stderr)
+        return FAILED

@@ -30,12 +30,32 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(body)
 
 
+class OneLineFormatter(logging.Formatter):
+    """key=value lines, one per record: a message carrying text from a request (a name, an ID, a
+    path) has its control characters escaped, so it can't print a line that looks like another
+    record. A traceback still follows on lines of its own."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        from csi_hostpath.core.request_text import shown
+
+        message = record.message
+        record.message = shown(message, LOG_CHARS)
+        try:
+            return super().formatMessage(record)
+        finally:
+            record.message = message
+
+
+# A log line is not cut short for anything the driver itself writes.
+LOG_CHARS = 65536
+
+
 def setup_logging(level: str, fmt: str = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         JsonFormatter()
         if fmt == "json"
-        else logging.Formatter("%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
+        else OneLineFormatter("%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
     )
     logging.basicConfig(level=getattr(logging, level), handlers=[handler], force=True)
     # grpc's asyncio layer logs a line for every call at DEBUG ("Loaded running loop"), which

@@ -18,15 +18,13 @@ import os
 import shlex
 import socket
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from csi_hostpath.cli.lookup import NO_STATE, no_state
+from csi_hostpath.cli.lookup import open_state
 from csi_hostpath.daemon.config import DEFAULT_DRIVER_NAME
 from csi_hostpath.service.lost_volumes import forget_node, forgotten_nodes, lost_volumes
-from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool_layout import PoolLayout
 
 
@@ -67,11 +65,10 @@ def run(args: argparse.Namespace, dirs: Callable[[argparse.Namespace], tuple[Pat
         env = {**os.environ, "KUBECONFIG": str(Path(args.kubeconfig).absolute())}
         return subprocess.run(["bash", "-c", script], env=env, check=False).returncode
     state_dir, pool_dir = dirs(args)
-    if not (state_dir / "state.db").exists():
-        print(no_state(state_dir), file=sys.stderr)
-        return NO_STATE
     layout = PoolLayout(pool_dir)
-    store = Store(state_dir / "state.db")
+    store = open_state(state_dir, write=args.node_command == "forget")
+    if isinstance(store, int):
+        return store
     try:
         if args.node_command == "forget":
             actor = f"cli:{getpass.getuser()}@{socket.gethostname()}:pid{os.getpid()}"

@@ -58,17 +58,15 @@ def demo_main(args: argparse.Namespace) -> int:
 
 
 def inspect_main(args: argparse.Namespace) -> int:
-    from csi_hostpath.cli.lookup import NO_STATE, existing_volume, no_state, not_found
+    from csi_hostpath.cli.lookup import existing_volume, not_found, open_state
     from csi_hostpath.service.inspect import as_json, inspect_volume, render_phases
-    from csi_hostpath.store.db import Store
     from csi_hostpath.store.pool_layout import PoolLayout
     from csi_hostpath.volume_cli.records import CSI_NAME_PREFIX
 
     state_dir, pool_dir = state_dirs(args)
-    if not (state_dir / "state.db").exists():
-        print(no_state(state_dir), file=sys.stderr)
-        return NO_STATE
-    store = Store(state_dir / "state.db")
+    store = open_state(state_dir)
+    if isinstance(store, int):
+        return store
     layout = PoolLayout(pool_dir)
     try:
         volume_id = existing_volume(store, layout, state_dir, args.volume)
@@ -105,6 +103,11 @@ def _when(ts: float) -> str:
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    from csi_hostpath.core.request_text import shown
+
+    # Names and reasons come from requests and the command line: a newline in one must not
+    # print a row of its own (a forged audit entry), so every cell is shown on one line.
+    rows = [[shown(c) for c in r] for r in rows]
     widths = [
         max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
     ]
@@ -114,19 +117,18 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
 
 
 def ledger_main(args: argparse.Namespace) -> int:
-    from csi_hostpath.cli.lookup import NO_STATE, display_name, no_state, not_found, volume_id
+    from csi_hostpath.cli.lookup import display_name, not_found, open_state, volume_id
     from csi_hostpath.core.errors import DriverError
     from csi_hostpath.service.controller import PublishLedger
     from csi_hostpath.service.inflight import InFlight
-    from csi_hostpath.store.db import Store
     from csi_hostpath.store.pool_layout import PoolLayout
 
     state_dir, pool_dir = state_dirs(args)
-    db_path = state_dir / "state.db"
-    if not db_path.exists():
-        print(no_state(state_dir), file=sys.stderr)
-        return NO_STATE
-    store = Store(db_path)
+    # list and audit only read: a user who may read the state may run them, and they never
+    # upgrade or write it (the controller imports the nodes' events; audit shows them meanwhile).
+    store = open_state(state_dir, write=args.ledger_command == "force-detach")
+    if isinstance(store, int):
+        return store
     try:
         volume = getattr(args, "volume", "")
         if volume:
@@ -181,7 +183,7 @@ def ledger_main(args: argparse.Namespace) -> int:
                         display_name(store, a.volume_id),
                         a.reason,
                     ]
-                    for a in publications.audit(args.volume)
+                    for a in publications.audit(args.volume, read_only=True)
                 ],
             )
             return 0

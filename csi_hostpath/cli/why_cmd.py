@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from csi_hostpath.core import kube_fields as kf
-from csi_hostpath.core.why_model import Diagnosis, as_json
+from csi_hostpath.core.why_model import SCHEMA, Diagnosis, as_json
 
 KINDS = {
     "pod": "pod",
@@ -27,10 +29,32 @@ KINDS = {
     "persistentvolumeclaims": "pvc",
 }
 OK, READ_FAILED, USAGE, NOT_FOUND = 0, 1, 2, 3
+CODE_NAMES = {READ_FAILED: "read-failed", USAGE: "usage", NOT_FOUND: "not-found"}
+PROG = "kubectl csi-hostpath why"
+
+
+class UsageError(Exception):
+    """A command line argparse refuses: said as the other errors are (JSON under -o json)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def _seconds(text: str) -> float:
+    """A request timeout: a finite number of seconds above 0 (the client refuses the rest)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, not {text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="kubectl csi-hostpath",
         description="Why is my pod's volume stuck? The five phases of each claim (provision, "
         "bind, attach, stage, publish), then the one blocking reason and the next step.",
@@ -68,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     why.add_argument(
         "--request-timeout",
-        type=float,
+        type=_seconds,
         default=10.0,
         help="seconds for each request to the API server (default 10)",
     )
@@ -109,13 +133,34 @@ def render(d: Diagnosis) -> str:
     return "\n".join(lines)
 
 
+def _wants_json(argv: Sequence[str]) -> bool:
+    """-o json, read from the raw arguments: a command line argparse refused still answers in
+    the form it asked for."""
+    joined = list(argv)
+    pairs = zip(joined, [*joined[1:], ""], strict=True)
+    return any(
+        (a in ("-o", "--output") and b == "json") or a in ("-ojson", "--output=json")
+        for a, b in pairs
+    )
+
+
+def _fail(code: int, message: str, next_step: str, json_out: bool) -> int:
+    """One error, in one line and its next step, or as a JSON document on stdout."""
+    if json_out:
+        error = {"code": CODE_NAMES[code], "message": message, "next": next_step}
+        print(json.dumps({"schema": SCHEMA, "error": error, "exit_code": code}, sort_keys=True))
+    else:
+        print(f"{PROG}: {message}\n  next: {next_step}", file=sys.stderr)
+    return code
+
+
 def run(argv: Sequence[str]) -> int:
-    args = build_parser().parse_args(argv)
+    json_out = _wants_json(argv)
     try:
+        args = build_parser().parse_args(argv)
         kind, name = parse_target(args.target)
-    except ValueError as e:
-        print(f"kubectl csi-hostpath why: {e}", file=sys.stderr)
-        return USAGE
+    except (UsageError, ValueError) as e:
+        return _fail(USAGE, str(e), "see `kubectl csi-hostpath why --help`", json_out)
     # The Kubernetes client is imported here: --help needs none of it.
     from csi_hostpath.client.kube_access import NoCluster, connect
     from csi_hostpath.client.why_reads import NotFound, ReadFailed, gather
@@ -124,21 +169,19 @@ def run(argv: Sequence[str]) -> int:
     try:
         access = connect(args.kubeconfig, args.context, request_timeout=args.request_timeout)
     except NoCluster as e:
-        print(f"kubectl csi-hostpath why: {e}", file=sys.stderr)
-        return READ_FAILED
+        return _fail(READ_FAILED, str(e), e.next_step, json_out)
     try:
         observed = gather(
             access, args.namespace or access.namespace, kind, name, args.ledger_service
         )
     except NotFound as e:
-        print(f"kubectl csi-hostpath why: {e}", file=sys.stderr)
-        return NOT_FOUND
+        return _fail(NOT_FOUND, str(e), "check the name and -n NAMESPACE", json_out)
     except ValueError as e:
-        print(f"kubectl csi-hostpath why: {e}", file=sys.stderr)
-        return USAGE
+        return _fail(USAGE, str(e), "see `kubectl csi-hostpath why --help`", json_out)
     except ReadFailed as e:
-        print(f"kubectl csi-hostpath why: {e}", file=sys.stderr)
-        return READ_FAILED
+        return _fail(
+            READ_FAILED, str(e), "check the cluster is up and --context, then retry", json_out
+        )
     finally:
         access.api.close()
     diagnosis = diagnose(observed)

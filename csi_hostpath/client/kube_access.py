@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client, config
 
 IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -20,6 +21,13 @@ IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/names
 
 class NoCluster(Exception):
     """No kubeconfig to read, and not inside a cluster; or the one given can't be used."""
+
+    def __init__(self, message: str, next_step: str = "") -> None:
+        super().__init__(message)
+        self.next_step = next_step or (
+            "give --kubeconfig a kubeconfig file (`kubectl config view --raw > FILE` writes "
+            "one), or set KUBECONFIG"
+        )
 
 
 @dataclass(frozen=True)
@@ -77,6 +85,17 @@ def connect(
         )
     except config.ConfigException as e:
         raise NoCluster(f"{files}: {e}") from e
+    except IsADirectoryError as e:
+        raise NoCluster(f"{e.filename}: a directory, not a kubeconfig file") from e
+    except OSError as e:
+        raise NoCluster(f"{e.filename or files}: can't be read ({e.strerror})") from e
+    except (yaml.YAMLError, TypeError, AttributeError, KeyError, ValueError) as e:
+        # The client reads any YAML and fails on a shape it did not expect with whatever
+        # Python raised (a plain string: TypeError); all of them mean "not a kubeconfig".
+        raise NoCluster(
+            f"{files}: not a kubeconfig (kind: Config with clusters, users and contexts): "
+            f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
+        ) from e
     namespace = str(((chosen or {}).get("context") or {}).get("namespace") or "default")
     where = str((chosen or {}).get("name", ""))
     return Access(_api(cfg), namespace, where, request_timeout)

@@ -45,6 +45,7 @@ from csi_hostpath.store.groups import GroupRecords
 from csi_hostpath.store.headroom import Headroom
 from csi_hostpath.store.open_state import open_store
 from csi_hostpath.store.pool_layout import PoolLayout
+from csi_hostpath.store.private import private_state_dir
 from csi_hostpath.system.base import System
 from csi_hostpath.system.flock import hold_exclusive
 
@@ -58,7 +59,7 @@ class StateDirLocked(RuntimeError):
 def lock_state_dir(state_dir: Path) -> IO[bytes]:
     """Hold an exclusive flock for the life of the process: two daemons on one state directory
     would each believe their store is the truth."""
-    state_dir.mkdir(parents=True, exist_ok=True)
+    private_state_dir(state_dir)  # 0700: the ledger is root's alone
     handle = hold_exclusive(state_dir / ".lock")  # held open for the process's life
     if handle is None:
         raise StateDirLocked(

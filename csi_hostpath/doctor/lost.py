@@ -7,7 +7,12 @@ from pathlib import Path
 
 from csi_hostpath.doctor.finding import Finding
 from csi_hostpath.service.lost_volumes import lost_volumes
-from csi_hostpath.store.db import Store
+from csi_hostpath.store.open_state import (
+    StateDenied,
+    StateOutdated,
+    StateUnreadable,
+    open_read_only,
+)
 from csi_hostpath.store.pool_layout import PoolLayout
 
 
@@ -15,7 +20,10 @@ def check_lost(state_dir: Path, pool_dir: Path, lost_after: float) -> list[Findi
     db = state_dir / "state.db"
     if not db.exists():
         return []  # the state-dir check already says there is no state
-    store = Store(db)
+    try:
+        store = open_read_only(db)
+    except (StateDenied, StateOutdated, StateUnreadable):
+        return []  # the state-dir check says why it can't be read
     try:
         lost = lost_volumes(store, PoolLayout(pool_dir), lost_after)
     finally:

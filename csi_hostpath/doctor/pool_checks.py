@@ -104,6 +104,21 @@ def check_owner(pool_dir: Path, state_dir: Path) -> Finding:
     """Which database owns the pool (POOL/.owner), and whether this state directory's
     controller would be refused for it (store/backing/owner.py): a mistyped --state-dir, or a
     second database on one pool."""
+    marker = pool_dir / ".owner"
+    try:
+        readable = not marker.exists() or os.access(marker, os.R_OK)
+    except PermissionError:
+        readable = False
+    if not readable:
+        # Not an unreadable marker: this user may not read root's pool. Taking the pool over
+        # would be the wrong answer to a healthy one.
+        return Finding(
+            "pool-owner",
+            "warn",
+            f"permission denied: {marker} (the pool's owner) is root's, and doctor runs as "
+            f"uid {os.geteuid()}",
+            "run doctor as root (e.g. with sudo) to see which database owns the pool",
+        )
     owner = read_owner(PoolLayout(pool_dir))
     if owner is None:
         return Finding("pool-owner", "ok", "no controller has claimed the pool yet")
@@ -116,7 +131,7 @@ def check_owner(pool_dir: Path, state_dir: Path) -> Finding:
             "a controller refuses the pool until it can tell whose it is; if this state directory "
             f"is the pool's, take it over: `{rebuild_command(state_dir, pool_dir)}`",
         )
-    if where == str(state_dir.absolute()):
+    if where == str(state_dir.absolute()) or Path(where).resolve() == state_dir.resolve():
         return Finding("pool-owner", "ok", f"owned by this state directory (database {theirs})")
     mine = peek_database_id(state_dir / "state.db")
     if mine is None or mine == theirs:

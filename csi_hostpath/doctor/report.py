@@ -28,6 +28,7 @@ from csi_hostpath.doctor.machine import (
 )
 from csi_hostpath.doctor.pool_checks import check_owner, check_pool
 from csi_hostpath.doctor.state import check_lock, check_socket, check_state_dir
+from csi_hostpath.doctor.unclaimed import check_unclaimed
 
 
 def diagnose(
@@ -64,6 +65,7 @@ def diagnose(
     findings += guarded("pool", lambda: check_pool(pool_dir))
     findings += guarded("pool-owner", lambda: [check_owner(pool_dir, state_dir)])
     findings += guarded("lost-volumes", lambda: check_lost(state_dir, pool_dir, lost_after))
+    findings += guarded("unclaimed-mount", lambda: check_unclaimed(pool_dir))
     return findings
 
 

@@ -9,6 +9,7 @@ import stat
 from pathlib import Path
 
 from csi_hostpath.doctor.finding import Finding, nearest_existing, writable_dir
+from csi_hostpath.store.private import denied
 
 PROC_LOCKS = "/proc/locks"
 _SOCKET_TIMEOUT_SECONDS = 1.0
@@ -38,6 +39,10 @@ def check_state_dir(state_dir: Path) -> Finding:
             f"{state_dir} is not a directory",
             "pass a directory as --state-dir, or move what is there away",
         )
+    problem = denied(state_dir, write=True)
+    if problem is not None and state_dir.stat().st_uid != os.geteuid():
+        what, _, step = problem.partition("\n  next: ")
+        return Finding("state-dir", "fail", what, step)
     if not os.access(state_dir, os.W_OK | os.X_OK):
         return Finding(
             "state-dir",
@@ -47,6 +52,22 @@ def check_state_dir(state_dir: Path) -> Finding:
             "daemon's lock live there",
         )
     db = "with state.db" if (state_dir / "state.db").exists() else "no state.db yet"
+    # Only a ledger to read is worth a warning: `serve` makes a new directory 0700 itself.
+    files = sorted(state_dir.glob("state.db*"))
+    open_to = [
+        f"{p.name} {stat.S_IMODE(p.stat().st_mode):04o}"
+        for p in ([state_dir, *files] if files else [])
+        if p.stat().st_mode & 0o077
+    ]
+    if open_to:
+        return Finding(
+            "state-dir",
+            "warn",
+            f"{state_dir} is writable ({db}), but other users may read the ledger: "
+            + ", ".join(open_to),
+            "restart the driver (it makes the directory 0700 and its files 0600), or: "
+            f"chmod 700 {state_dir} && chmod 600 {state_dir}/state.db*",
+        )
     return Finding("state-dir", "ok", f"{state_dir} is writable ({db})")
 
 
@@ -172,4 +193,6 @@ def check_socket(endpoint: str, state_dir: Path, *, daemon_running: bool) -> Fin
     if problems:
         return Finding("socket", "warn", f"{path}: " + "; ".join(problems), "; ".join(fixes))
     serving = "a daemon is listening" if listening else "not probed"
+    if listening is None and not os.access(path, os.W_OK):
+        serving = f"not probed: permission denied to uid {os.geteuid()} (run doctor as root)"
     return Finding("socket", "ok", f"{path}: mode 0600, owner root, {serving}")

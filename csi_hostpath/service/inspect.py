@@ -8,16 +8,20 @@ its state and, where it is stuck, why and what is the next safe action.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from csi_hostpath.core.naming import is_volume_id
 from csi_hostpath.core.nodeloss import DEFAULT_LOST_AFTER
+from csi_hostpath.core.request_text import shown
 from csi_hostpath.service.lost_volumes import loss_of
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool_layout import Heartbeat, PoolLayout
 
 OK, PENDING, STUCK, ABNORMAL, ABSENT = "ok", "pending", "stuck", "abnormal", "absent"
+
+# Long enough for any phase's text; only a name stored before the size rule would reach it.
+LONG = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +189,20 @@ def _attached(
     return Phase("attached", OK, "; ".join(parts))
 
 
+def unclaimed_phase(node_id: str, entry: dict[str, Any]) -> Phase:
+    """A mount a node's plugin found without a record and left in place (service/node/adopt.py),
+    as inspect and doctor both say it."""
+    return Phase(
+        "staged",
+        STUCK,
+        f"in use on {node_id}: {entry.get('device')} mounted at "
+        f"{', '.join(entry.get('mounts', [])) or 'no path it knows'}",
+        f"{node_id}'s plugin has no record of it and left it in place ({entry.get('unclaimed')})",
+        "the CO's NodeUnpublish/NodeUnstage take it down; or unmount and detach it by hand "
+        "once no pod uses it",
+    )
+
+
 def _staged(
     volume_id: str,
     holders: dict[str, Any],
@@ -196,15 +214,7 @@ def _staged(
 ) -> Phase:
     unclaimed = [n for n, v in sorted(staged_on.items()) if v.get("unclaimed")]
     if unclaimed:
-        n, v = unclaimed[0], staged_on[unclaimed[0]]
-        return Phase(
-            "staged",
-            STUCK,
-            f"in use on {n}: {v.get('device')} mounted at {', '.join(v.get('mounts', []))}",
-            f"{n}'s plugin has no record of it and left it in place ({v.get('unclaimed')})",
-            "the CO's NodeUnpublish/NodeUnstage take it down; or unmount and detach it by hand "
-            "once no pod uses it",
-        )
+        return unclaimed_phase(unclaimed[0], staged_on[unclaimed[0]])
     revoked = [n for n in staged_on if n not in holders]
     if revoked:
         n = revoked[0]
@@ -296,7 +306,17 @@ def as_json(phases: list[Phase]) -> list[dict[str, str]]:
 
 
 def render_phases(phases: list[Phase]) -> str:
-    """The phases as an aligned table, each reason and next step under it."""
+    """The phases as an aligned table, each reason and next step under it. Node IDs, paths and
+    names in them came from requests: each is kept to its line (escaped), never cut."""
+    phases = [
+        replace(
+            p,
+            detail=shown(p.detail, LONG),
+            reason=shown(p.reason, LONG),
+            next_action=shown(p.next_action, LONG),
+        )
+        for p in phases
+    ]
     rows = [["PHASE", "STATE", "DETAIL"]] + [[p.phase, p.state, p.detail] for p in phases]
     widths = [max(len(r[i]) for r in rows) for i in range(2)]
     lines = []

@@ -13,7 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from csi_hostpath.store.migrations import migrate
+from csi_hostpath.store import private
+from csi_hostpath.store.migrations import migrate, version
 
 # The meta key of the ID a database takes when it first claims a pool (store/backing/owner.py).
 DB_ID_KEY = "db_id"
@@ -35,9 +36,21 @@ def peek_database_id(path: Path) -> str | None:
 
 
 class Connection:
-    def __init__(self, path: Path) -> None:
+    """read_only: for the commands that only look (ledger list, inspect, doctor): the database
+    is opened with sqlite's mode=ro, never migrated, and a write through it fails; a database
+    of an older schema is refused with the next step (StateOutdated) rather than upgraded."""
+
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = path
+        self.read_only = read_only
         self._lock = threading.RLock()
+        if read_only:
+            self._db = private.open_read_only(path)
+            self._db.row_factory = sqlite3.Row
+            self._db.execute("PRAGMA busy_timeout=30000")
+            private.check_schema(version(self._db), path)
+            return
+        private.create_private(path)
         self._db = sqlite3.connect(
             str(path), isolation_level=None, check_same_thread=False, timeout=30.0
         )
@@ -47,6 +60,8 @@ class Connection:
         self._db.execute("PRAGMA busy_timeout=30000")
         with self._lock:
             migrate(self._db, path)
+        # The -wal and -shm files exist now; an older driver may have left any of them 0644.
+        private.tighten_database(path)
 
     def close(self) -> None:
         with self._lock:

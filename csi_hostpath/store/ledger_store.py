@@ -179,6 +179,10 @@ class Ledger(Connection):
         rows = self._read("SELECT action, COUNT(*) AS n FROM audit GROUP BY action")
         return {r["action"]: int(r["n"]) for r in rows}
 
+    def audit_event_ids(self) -> set[str]:
+        rows = self._read("SELECT event_id FROM audit WHERE event_id IS NOT NULL")
+        return {str(r["event_id"]) for r in rows}
+
     def audit(self, volume_id: str = "") -> list[AuditEntry]:
         sql = "SELECT * FROM audit" + (" WHERE volume_id=?" if volume_id else "") + " ORDER BY seq"
         return [

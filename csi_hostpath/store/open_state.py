@@ -12,6 +12,9 @@ from pathlib import Path
 from csi_hostpath.core.fullness import is_disk_full
 from csi_hostpath.store.backing.owner import rebuild_command
 from csi_hostpath.store.db import Store
+from csi_hostpath.store.private import StateDenied, StateOutdated, denied
+
+__all__ = ["StateDenied", "StateOutdated", "StateUnreadable", "open_read_only", "open_store"]
 
 
 class StateUnreadable(RuntimeError):
@@ -28,4 +31,21 @@ def open_store(db_path: Path, pool_dir: Path) -> Store:
             f"the state database {db_path} is unreadable ({e}). The pool still holds every "
             f"volume: move the file aside and rebuild the index from the pool: "
             f"mv {db_path} {db_path}.corrupt && {rebuild_command(db_path.parent, pool_dir)}"
+        ) from e
+
+
+def open_read_only(db_path: Path) -> Store:
+    """The store for a command that only looks. StateDenied when this user can't read it,
+    StateOutdated when the driver has not upgraded it yet, StateUnreadable when sqlite can't."""
+    problem = denied(db_path.parent)
+    if problem is not None:
+        raise StateDenied(problem)
+    try:
+        return Store(db_path, read_only=True)
+    except PermissionError as e:
+        raise StateDenied(denied(db_path.parent) or f"permission denied: {e}") from e
+    except sqlite3.DatabaseError as e:
+        raise StateUnreadable(
+            f"the state database {db_path} can't be read ({e})\n  next: `csi-hostpath doctor` "
+            "says what is wrong with the state directory"
         ) from e

@@ -8,6 +8,7 @@ reader sees the old or the new content, never a torn one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -82,8 +83,15 @@ class PoolLayout:
         self.events = root / "events"
 
     def ensure(self) -> None:
-        for d in (self.root, self.volumes, self.snapshots, self.leases, self.nodes, self.events):
-            d.mkdir(parents=True, exist_ok=True)
+        """The pool's directories, root's alone (several plugins and a controller share one
+        pool, all as root). The pool directory itself is only made 0700 when the driver makes
+        it: one given to it (a hostPath, a shared mount) keeps the mode its owner chose."""
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for d in (self.volumes, self.snapshots, self.leases, self.nodes, self.events):
+            d.mkdir(mode=0o700, exist_ok=True)
+            with contextlib.suppress(PermissionError):
+                if d.stat().st_uid == os.geteuid() and d.stat().st_mode & 0o077:
+                    d.chmod(0o700)
 
     def volume_file(self, volume_id: str) -> Path:
         # The ID check is the last line of defence: nothing unvalidated is joined into a path.

@@ -4,6 +4,7 @@ refusal into a CliError carrying the driver's status code and message."""
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -14,7 +15,7 @@ from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.api.copy_pool import STILL_COPYING
 from csi_hostpath.volume_cli.cli_errors import CliError, from_rpc
-from csi_hostpath.volume_cli.exit_codes import NO_DRIVER
+from csi_hostpath.volume_cli.exit_codes import FAILED, NO_DRIVER
 
 Mode = pb.VolumeCapability.AccessMode
 R = TypeVar("R")
@@ -51,7 +52,23 @@ class Driver:
         if not self.endpoint.startswith("unix://"):
             return
         path = self.endpoint.removeprefix("unix://")
-        if os.path.exists(path):
+        try:
+            os.stat(path)
+            _knock(path)
+        except PermissionError as e:
+            # grpc would only retry until its deadline and say nothing answers: the driver
+            # may well be running, and this user is not let in.
+            raise CliError(
+                FAILED,
+                f"permission denied: {e.filename or path} (the driver's socket is root's, mode "
+                "0600, and this command runs as uid "
+                f"{os.geteuid()})",
+                "run it as root (e.g. with sudo), as the driver does",
+                "PERMISSION_DENIED",
+            ) from None
+        except FileNotFoundError:
+            pass
+        else:
             return
         if self.guessed:
             raise self._not_running(
@@ -143,3 +160,16 @@ def capability(fs: str, mode: str, single_node_multi_writer: bool) -> pb.VolumeC
     return pb.VolumeCapability(
         mount=pb.VolumeCapability.MountVolume(fs_type=fs), access_mode=access
     )
+
+
+def _knock(path: str) -> None:
+    """Connect to the socket once and leave: raises PermissionError when this user may not
+    connect (EACCES); anything else is for grpc to find and say."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(CONNECT_TIMEOUT)
+        try:
+            probe.connect(path)
+        except PermissionError:
+            raise
+        except OSError:
+            return

@@ -8,6 +8,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from csi_hostpath.core.request_text import shown
 from csi_hostpath.volume_cli.cli_errors import CliError
 from csi_hostpath.volume_cli.records import SnapshotRecord, VolumeRecord
 from csi_hostpath.volume_cli.sizes import format_bytes
@@ -157,6 +158,8 @@ class Progress:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    # A cell may hold a name from a request (a PVC's, another client's): one line each.
+    rows = [[shown(c) for c in r] for r in rows]
     widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
     lines = ["  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from csi_hostpath.core import access, ledger_rules
 from csi_hostpath.core.context_keys import ACCESS_TYPE_KEY, GENERATION_KEY, READONLY_KEY
@@ -167,11 +169,22 @@ class PublishLedger:
             held.append((p, beat.age() if beat else None))
         return held
 
-    def audit(self, volume_id: str = "") -> list[AuditEntry]:
-        """The audit trail, the fences nodes reported since the last import included."""
-        if self.layout.events.is_dir():
+    def audit(self, volume_id: str = "", *, read_only: bool = False) -> list[AuditEntry]:
+        """The audit trail, the fences nodes reported since the last import included. read_only:
+        those are shown from the pool, not imported (the controller imports them)."""
+        if not self.layout.events.is_dir():
+            return self.store.audit(volume_id)
+        if not read_only:
             import_node_events(self.store, self.layout)
-        return self.store.audit(volume_id)
+            return self.store.audit(volume_id)
+        recorded = self.store.audit_event_ids()
+        pending = []
+        for path, event in self.layout.take_events():
+            row = _event_row(path, event)
+            if row[-1] not in recorded and (not volume_id or row[2] == volume_id):
+                at = float(event.get("at") or path.stat().st_mtime)
+                pending.append(AuditEntry(0, at, *row[:-1]))
+        return self.store.audit(volume_id) + sorted(pending, key=lambda e: e.at)
 
     def force_detach(
         self, volume_id: str, node_id: str, *, accept_data_loss: bool, actor: str, reason: str
@@ -206,16 +219,22 @@ def import_node_events(store: Store, layout: PoolLayout) -> int:
     """Move node-reported events (fences) from the pool into the audit trail."""
     count = 0
     for path, event in layout.take_events():
-        store.record(
-            "node:" + str(event.get("node_id", "?")),
-            str(event.get("action", "?")),
-            str(event.get("volume_id", "")),
-            str(event.get("node_id", "")),
-            int(event.get("generation", 0)),
-            str(event.get("reason", "")),
-            # Events written before ids were carried in the body are named by their id.
-            str(event.get("event_id") or path.stem),
-        )
+        store.record(*_event_row(path, event))
         path.unlink(missing_ok=True)
         count += 1
     return count
+
+
+def _event_row(path: Path, event: dict[str, Any]) -> tuple[str, str, str, str, int, str, str]:
+    """A node's reported event as an audit row: actor, action, volume, node, generation,
+    reason and the event's id."""
+    return (
+        "node:" + str(event.get("node_id", "?")),
+        str(event.get("action", "?")),
+        str(event.get("volume_id", "")),
+        str(event.get("node_id", "")),
+        int(event.get("generation", 0)),
+        str(event.get("reason", "")),
+        # Events written before ids were carried in the body are named by their id.
+        str(event.get("event_id") or path.stem),
+    )
