@@ -20,6 +20,7 @@ from csi_hostpath.core.errors import (
 )
 from csi_hostpath.core.model import AccessType, Capability, NodeStaging
 from csi_hostpath.core.naming import loop_tag, node_key
+from csi_hostpath.core.request_text import shown
 from csi_hostpath.service.node._log import log
 from csi_hostpath.service.node.node_context import NodeContext
 from csi_hostpath.service.node.staging_fs import mount_filesystem
@@ -30,7 +31,6 @@ from csi_hostpath.service.node.targets import (
     open_for_mount,
     remove_made,
     require_empty,
-    shown,
 )
 from csi_hostpath.system.base import (
     LoopDevice,

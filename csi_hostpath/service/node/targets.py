@@ -26,16 +26,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from csi_hostpath.core.errors import InvalidRequest
+from csi_hostpath.core.request_text import shown
 from csi_hostpath.service.node._log import log
 from csi_hostpath.system.pinned import Closing, Pinned, SymlinkInPath, open_parent
 
 Make = Literal["dir", "file"]
-
-
-def shown(text: str, limit: int = 300) -> str:
-    """Request text as it may be printed: control characters escaped, and cut at limit."""
-    out = text[:limit].encode("unicode_escape", "backslashreplace").decode("ascii")
-    return out + ("..." if len(text) > limit else "")
 
 
 @dataclass
