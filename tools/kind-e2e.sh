@@ -110,7 +110,7 @@ if [ "$DRY_RUN" = 0 ]; then
 fi
 last=project
 [ -z "$PLAIN" ] || last=plain
-step "programs and images (tools/cluster/build.sh kind; images.sh build)"
+step "programs and images the cache lacks (tools/cluster/build.sh kind; images.sh build)"
 run bash tools/cluster/build.sh kind
 run bash tools/cluster/images.sh build
 shape project examples/kind-config.yaml "$ONLY"

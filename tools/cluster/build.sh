@@ -3,10 +3,11 @@
 #
 #   tools/cluster/build.sh all            build the cluster's programs that are missing, then
 #                                         print one `NAME PATH` line for each
-#   tools/cluster/build.sh TARGET...      the same for groups or program names: all, e2e
-#                                         (e2e.test, agnhost, ginkgo), containerd (containerd,
-#                                         its runc shim, ctr), kind (a kind node image's
-#                                         programs), everything; `list` names them
+#   tools/cluster/build.sh TARGET...      the same for groups or program names: kind (all that
+#                                         make kind-up and kind-e2e need), node (a kind node
+#                                         image's programs, kubectl, helm), e2e (e2e.test,
+#                                         agnhost, ginkgo), containerd (containerd, its runc shim,
+#                                         ctr), all, everything; `list` names them
 #   tools/cluster/build.sh path NAME      print where NAME is (or will be); builds nothing
 #   tools/cluster/build.sh list           print `NAME COMPONENT VERSION PACKAGE` per program
 #   tools/cluster/build.sh versions [T…]  print the version each built program reports
@@ -60,16 +61,21 @@ ctr                     containerd                 bin   github.com/containerd/c
 EOF
 }
 
-# The groups: `all` is what the cluster runs (Debian's containerd by default), `e2e` what the
-# Kubernetes e2e suite adds, `containerd` the fallback for a containerd too old for the kubelet,
-# `kind` what a kind node image holds (tools/kind/node-image.sh) and the kubectl and helm that
-# drive it.
-kind_only="kubeadm crictl coredns"
+# The groups: `node` is what a kind node image holds (tools/kind/node-image.sh) with the kubectl
+# and helm that drive the cluster; `kind` is everything make kind-up and make kind-e2e need on top:
+# the sidecars' programs, the snapshot CRDs and snapshot-controller manifests, the snapshot
+# metadata CRDs and lister, and agnhost (an image of tools/cluster/images/images.txt); `e2e` is
+# what Kubernetes' external storage e2e suite adds; `containerd` a containerd of its own,
+# built only when asked (the node image runs Debian's).
+node_programs="kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl kube-proxy etcd helm kubeadm crictl coredns"
+kind_programs="csi-provisioner csi-attacher csi-resizer csi-snapshotter snapshot-controller snapshot-crds
+  snapshot-controller-manifests csi-snapshot-metadata snapshot-metadata-crds snapshot-metadata-lister agnhost"
 group() {
   case "$1" in
-    all) programs | awk -v k=" $kind_only " '$2 != "containerd" && $1 != "e2e.test" && $1 != "agnhost" && $1 != "ginkgo" && index(k, " " $1 " ") == 0 {print $1}' ;;
+    all) programs | awk -v k=" kubeadm crictl coredns " '$2 != "containerd" && $1 != "e2e.test" && $1 != "agnhost" && $1 != "ginkgo" && index(k, " " $1 " ") == 0 {print $1}' ;;
+    node) echo "$node_programs" ;;
+    kind) echo "$node_programs $kind_programs" ;;
     e2e) echo e2e.test agnhost ginkgo ;;
-    kind) echo kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl kube-proxy etcd helm "$kind_only" ;;
     containerd) echo containerd containerd-shim-runc-v2 ctr ;;
     everything) programs | awk '{print $1}' ;;
     *) return 1 ;;
@@ -77,14 +83,14 @@ group() {
 }
 
 die() { echo "build.sh: $*" >&2; exit 1; }
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
 
 # field NAME N: the Nth column of NAME's line, or fail naming the known programs.
 field() {
   local line
   line=$(programs | awk -v n="$1" '$1 == n') ||:
   if [ -z "$line" ]; then
-    echo "build.sh: no program '$1' (known: $(programs | awk '{printf "%s ", $1}'); groups: all e2e containerd kind everything)" >&2
+    echo "build.sh: no program '$1' (known: $(programs | awk '{printf "%s ", $1}'); groups: kind node e2e containerd all everything)" >&2
     exit 2
   fi
   awk -v i="$2" '{print $i}' <<<"$line"
