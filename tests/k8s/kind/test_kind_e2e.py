@@ -81,7 +81,7 @@ def test_dry_run_runs_the_experiments_on_both_shapes(dry_run: str) -> None:
     project, plain = dry_run.split("\n=== ")[2], dry_run.split("plain: kind-up")[1]
     assert "KIND_CONFIG=examples/kind-config.yaml bash tools/kind/up.sh" in project
     assert "KIND_CONFIG=examples/kind-config-no-dev.yaml bash tools/kind/up.sh" in plain
-    runs = re.findall(r"^\+ .* -m tests\.k8s\.experiments --kind (.*)$", dry_run, re.MULTILINE)
+    runs = re.findall(r"^\+ .* -m tests\.k8s\.experiments (.*)$", dry_run, re.MULTILINE)
     assert len(runs) == 2, dry_run
     # The kubectl and helm of the builds, the run's own shared pool, all of a-o then abdk.
     for args in runs:

@@ -1,4 +1,6 @@
-"""Every image the chart and the experiments name is made by the kind path (make kind-up, make
+"""The kind path makes, or reports, every image the chart and the experiments name.
+
+Every image the chart and the experiments name is made by the kind path (make kind-up, make
 kind-e2e), or reported by it as not made here, with the chart value that replaces it; and every
 program the experiments take from the build cache is built by it. Offline: nothing is built, the
 cache is an empty directory, as on a new machine."""
@@ -9,6 +11,7 @@ import os
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,7 +70,7 @@ def chart_images() -> dict[str, str]:
     """image -> where it is named: the chart as a user installs it (its defaults) and as the
     experiments install it, both pool shapes."""
     found: dict[str, str] = {}
-    value_sets = {"the chart's defaults": {}}
+    value_sets: dict[str, dict[str, Any]] = {"the chart's defaults": {}}
     for shape in SHAPE_VALUES:
         value_sets[f"the experiments' {shape} shape"] = helm_values(chart_values(shape, []))
     for where, values in value_sets.items():
