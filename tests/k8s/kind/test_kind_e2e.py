@@ -257,3 +257,25 @@ def test_the_host_check_works_on_a_host_without_firewall_rules(tmp_path: Path) -
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("ip_forward "), done.stdout
+
+
+def test_ci_runs_the_kind_smoke_after_the_tests() -> None:
+    """.ci/run proves kind on every landing: make kind-smoke after make test, never skipped for a
+    cold cache (kind-up builds what is missing); the smoke is kind-e2e with fewer experiments."""
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    commands = [line for line in ci if line and not line.startswith("#")]
+    assert commands.index("make kind-smoke") > commands.index("make test"), commands
+    smoke = subprocess.run(
+        ["make", "-s", "-C", str(ROOT), "kind-smoke", "E2E_ARGS=--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=_env(),
+    )
+    assert smoke.returncode == 0, smoke.stderr
+    out = smoke.stdout
+    assert "+ bash tools/cluster/build.sh kind" in out
+    runs = re.findall(r"^\+ .* -m tests\.k8s\.experiments (.*)$", out, re.MULTILINE)
+    assert [r.rsplit("--only ", 1)[1] for r in runs] == ["abdk", "p"], runs
+    assert out.count("bash tools/kind/down.sh") == 2 and "nothing left behind" in out
