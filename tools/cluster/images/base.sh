@@ -1,4 +1,4 @@
-# shellcheck shell=bash disable=SC2154,SC2034 # sourced by images.sh: the names are shared across files
+# shellcheck shell=bash
 # The Debian base of the driver image (sourced by images.sh): a minbase bookworm root made with
 # debootstrap from the same Debian archive as this machine's apt sources, the recipe of Debian's
 # official image, imported into buildah's storage as localhost/csi-hostpath-base:bookworm-<key>

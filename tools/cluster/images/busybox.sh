@@ -1,4 +1,4 @@
-# shellcheck shell=bash disable=SC2154,SC2034 # sourced by images.sh: the names are shared across files
+# shellcheck shell=bash
 # busybox images (sourced by images.sh), from Debian's busybox-static: the one binary with a
 # link for each of its applets at the path busybox itself gives (--list-full), /etc/passwd and
 # /etc/group with root and nobody, /tmp, and `sh` as the command, as the Docker library image has.

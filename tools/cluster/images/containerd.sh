@@ -1,4 +1,4 @@
-# shellcheck shell=bash disable=SC2154,SC2034 # sourced by images.sh: the names are shared across files
+# shellcheck shell=bash
 # A throwaway containerd (sourced by images.sh for `check`): its own root, state and socket in a
 # temp directory, no CRI plugin, the overlayfs snapshotter. `ctr_up` starts it; `ctr_down` ends
 # every task in it, the shims and containerd by PID, unmounts what it mounted and removes the

@@ -1,4 +1,4 @@
-# shellcheck shell=bash disable=SC2154,SC2034 # sourced by images.sh: the names are shared across files
+# shellcheck shell=bash
 # Images of a Dockerfile of tools/cluster/images/ on the Debian base of base.sh (sourced by
 # images.sh): the e2e suite's agnhost and nginx. SOURCE is FILE.Dockerfile, or
 # FILE.Dockerfile:NAME when the image holds the binary NAME of tools/cluster/build.sh, which is

@@ -1,4 +1,4 @@
-# shellcheck shell=bash disable=SC2154,SC2034 # sourced by images.sh: the names are shared across files
+# shellcheck shell=bash
 # The driver image (sourced by images.sh): the project's own Dockerfile, built by buildah on the
 # Debian base of base.sh (BASE_IMAGE), with Debian's python3 and the project's wheels. Its inputs
 # are the files the Dockerfile copies, so a change to the driver's code is a new archive.

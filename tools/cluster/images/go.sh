@@ -1,4 +1,4 @@
-# shellcheck shell=bash disable=SC2154,SC2034 # sourced by images.sh: the names are shared across files
+# shellcheck shell=bash
 # Images of one static Go binary (sourced by images.sh): the sidecars the chart pins and the
 # snapshot-controller, each built from its Go module by tools/cluster/build.sh. Laid out as the
 # upstream images are on distroless/static: the binary at /<name> as the entrypoint, the Mozilla
@@ -15,11 +15,11 @@ binary_of() {
   return 0
 }
 
-# not_built SOURCE: why SOURCE has no binary, and the command that builds it.
+# not_built SOURCE: why SOURCE has no binary, for the skip message.
 not_built() {
   if [ "${1#/}" != "$1" ]; then echo "$1 is not there"
   elif [ ! -x "$here/build.sh" ]; then echo "tools/cluster/build.sh is not there yet"
-  else echo "its program $1 is not built (tools/cluster/build.sh $1)"; fi
+  else echo "its binary is not built (tools/cluster/build.sh $1)"; fi
 }
 
 # The key is the recipe and the binary's identity (path, size, modification time): hashing every

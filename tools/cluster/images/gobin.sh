@@ -1,4 +1,4 @@
-# shellcheck shell=bash disable=SC2154,SC2034 # sourced by images.sh: the names are shared across files
+# shellcheck shell=bash
 # Images of one static Go binary that its manifests start by name rather than by the image's
 # entrypoint (sourced by images.sh after go.sh): kubeadm's control-plane pods run
 # `command: [kube-apiserver, ...]`, `[etcd, ...]`. The go recipe's image, with a link to the

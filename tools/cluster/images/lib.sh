@@ -1,4 +1,4 @@
-# shellcheck shell=bash disable=SC2154,SC2034 # sourced by images.sh: the names are shared across files
+# shellcheck shell=bash
 # Shared by tools/cluster/images.sh and its recipes (sourced, not run).
 #
 # Where things live: every archive under $images_dir (in the cache outside the checkout), named
