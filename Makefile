@@ -67,7 +67,8 @@ lint: install  ## ruff check, ruff format --check (every Python file), mypy --st
 	$(VENV)/bin/ruff check csi_hostpath tests
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/shellcheck -x tools/*.sh tools/cluster/*.sh tools/kind/*.sh tools/kind/runc-caps .ci/run
+	$(VENV)/bin/shellcheck -x tools/*.sh tools/cluster/*.sh tools/cluster/images/*.sh tools/kind/*.sh \
+		tools/kind/node/*.sh tools/kind/runc-caps .ci/run
 
 typecheck: lint  ## alias of lint
 

@@ -2,8 +2,10 @@
 # Included by the main Makefile, which defines VENV, PY and the `install` target.
 #
 # chart-lint and chart-test run anywhere: they use Helm's engine from the helm-python-sdk package
-# and the Kubernetes schemas bundled in kubernetes-validate, offline. image and the kind-* targets
-# need a container engine (docker), kind, helm and kubectl on the machine; CI has none of them.
+# and the Kubernetes schemas bundled in kubernetes-validate, offline. image and kind-deploy need
+# docker, kind and helm on PATH; kind-up, kind-down, kind-e2e and kind-smoke need only root: they
+# start a dockerd of the project's own where the machine has none and build kind, kubectl and helm
+# from their pinned Go modules (tools/kind/, tools/cluster/build.sh).
 
 IMAGE ?= csi-hostpath
 # The image tag follows the project version, which is also the chart's appVersion.
@@ -39,7 +41,7 @@ KIND_ENV = KIND_CLUSTER=$(KIND_CLUSTER) KIND_CONFIG=$(KIND_CONFIG) KIND_NODE_IMA
 # $(call need,TOOL): stop with a clear message when TOOL is not on PATH.
 need = @command -v $(1) >/dev/null 2>&1 || { echo "$(1) not found: this target needs it on PATH (see docs/kind.md)" >&2; exit 1; }
 
-.PHONY: image chart-lint chart-test chart-render kind-up kind-down kind-deploy kind-e2e
+.PHONY: image chart-lint chart-test chart-render kind-up kind-down kind-deploy kind-e2e kind-smoke
 
 image:  ## build the driver image, tagged with the project version (needs docker)
 	$(call need,$(DOCKER))
@@ -81,3 +83,12 @@ E2E_ARGS ?=
 kind-e2e: install  ## experiments a-q on kind, a b d k p on kind without the host's /dev, nothing left behind (root; E2E_ARGS=--dry-run)
 	$(SUDO) KIND_CLUSTER=$(KIND_CLUSTER) KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) PY=$(PY) \
 		bash tools/kind-e2e.sh $(E2E_ARGS)
+
+# CI's proof of kind (.ci/run, after make test): the same script, fewer experiments. kind-up builds
+# what the cache lacks (a cold cache too: it never skips), the chart goes in with helm as a user
+# installs it, then a b d k on the project's shape and p on the plain one, kind-down, and the check
+# that nothing is left on the host.
+KIND_SMOKE_ARGS ?= --only abdk --plain p
+kind-smoke: install  ## CI's kind check: kind-up (building what is missing), helm install, experiments a b d k (+ p plain), kind-down, nothing left (root)
+	$(SUDO) KIND_CLUSTER=$(KIND_CLUSTER) KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) PY=$(PY) \
+		bash tools/kind-e2e.sh $(KIND_SMOKE_ARGS) $(E2E_ARGS)

@@ -6,7 +6,7 @@
 #
 # 1. kind-up (tools/kind/up.sh) with examples/kind-config.yaml (one control plane, two workers,
 #    the host's /dev in every node), the images loaded with `kind load image-archive`;
-#    `python -m tests.k8s.experiments --kind` runs the experiments (--only LETTERS: some of them),
+#    `python -m tests.k8s.experiments` runs the experiments (--only LETTERS: some of them),
 #    installing the chart with helm as a user does; kind-down.
 # 2. The same with examples/kind-config-no-dev.yaml, the shape a plain `kind create cluster` gives
 #    (each node's /dev a copy made at its start), experiments a, b, d, k and p (--plain LETTERS:
@@ -72,7 +72,7 @@ experiments() {
     kv=$(bash tools/kind/docker.sh env)
     export "${kv?}"
   fi
-  run "$PY" -m tests.k8s.experiments --kind --kubeconfig "$kubeconfig" \
+  run "$PY" -m tests.k8s.experiments --kubeconfig "$kubeconfig" \
     --kubectl "$(bash tools/cluster/build.sh path kubectl)" \
     --helm "$(bash tools/cluster/build.sh path helm)" \
     --pool-dir "$KIND_SHARED_DIR/pool" ${letters:+--only "$letters"} "${sets[@]}"
@@ -110,7 +110,7 @@ if [ "$DRY_RUN" = 0 ]; then
 fi
 last=project
 [ -z "$PLAIN" ] || last=plain
-step "programs and images (tools/cluster/build.sh kind; images.sh build)"
+step "programs and images the cache lacks (tools/cluster/build.sh kind; images.sh build)"
 run bash tools/cluster/build.sh kind
 run bash tools/cluster/images.sh build
 shape project examples/kind-config.yaml "$ONLY"

@@ -1,7 +1,7 @@
 # shellcheck shell=bash
-# What tools/cluster/node-ssh.sh and tools/kind/node-ssh.sh share: an sshd of the host's
-# (Debian's openssh-server) that serves one node, by key only, and runs one command for every
-# session. Sourced, never run; the caller defines log.
+# What tools/kind/node-ssh.sh uses: an sshd of the host's (Debian's openssh-server) that serves
+# one node, by key only, and runs one command for every session. Sourced, never run; the caller
+# defines log.
 
 # sshd_ready DIR: openssh-server installed, and DIR holding the host key, the client key
 # (DIR/id_ed25519, for KUBE_SSH_KEY_PATH) and the keys the servers accept.

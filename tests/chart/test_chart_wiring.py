@@ -95,7 +95,7 @@ def test_node_plugin_is_privileged_and_sees_dev(rendered: Rendered) -> None:
 def test_node_plugin_sees_the_hosts_cgroups(rendered: Rendered) -> None:
     # A VolumeAttributesClass's limits go into the cgroups of the volume's pods. Without the host's
     # /sys/fs/cgroup the plugin saw only its own container's cgroup (cgroup v1) and put the limits
-    # there, throttling nothing: seen in the real cluster (make cluster-e2e, experiment h).
+    # there, throttling nothing: seen in the real cluster (the experiments, experiment h).
     spec = node_pod(rendered)
     driver = container(spec, "csi-hostpath")
     assert host_path_at(spec, driver, "/sys/fs/cgroup") == "/sys/fs/cgroup"

@@ -4,9 +4,9 @@ Every way this project's own clusters install the chart selects the driver image
 and liveness probe. The chart's defaults name kubernetes-csi's images, which those clusters can
 neither pull nor build (the Go module proxy refuses both modules), so a default there would leave
 the node plugin in ImagePullBackOff. The ways: the experiments' installer
-(tests/k8s/experiments/chart.py, on the cluster from binaries and on kind, where tools/kind-e2e.sh
-runs the same experiments: tests/k8s/kind/test_kind_e2e.py) and the e2e suite's releases
-(tools/cluster/k8s-e2e.sh with tests/k8s/storage_e2e/values*.yaml)."""
+(tests/k8s/experiments/chart.py, which tools/kind-e2e.sh runs on kind:
+tests/k8s/kind/test_kind_e2e.py) and the e2e suite's releases (tools/cluster/k8s-e2e.sh with
+tests/k8s/storage_e2e/values*.yaml)."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ def _v1_root(tmp_path: Path) -> Path:
     [
         "kubepods/burstable/pod{uid}",
         "kubepods/pod{uid}",
-        # A kubelet with a cgroupRoot two levels deep (the cluster from binaries).
+        # A kubelet with a cgroupRoot two levels deep.
         "chp-cluster-exp/exp-worker2/kubepods/burstable/pod{uid}",
         "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid_}.slice",
         "machine/kind-worker/kubelet.slice/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{uid_}.slice",

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Build the pinned Go programs of the real cluster and of the e2e suite from their Go modules.
+# Build the pinned Go programs of the kind path (the node image, its images, kubectl and helm) and
+# of the e2e suite from their Go modules.
 #
-#   tools/cluster/build.sh all            build the cluster's programs that are missing, then
-#                                         print one `NAME PATH` line for each
-#   tools/cluster/build.sh TARGET...      the same for groups or program names: all, e2e
-#                                         (e2e.test, agnhost, ginkgo), containerd (containerd,
-#                                         its runc shim, ctr), kind (a kind node image's
-#                                         programs), everything; `list` names them
+#   tools/cluster/build.sh kind           build what make kind-up and kind-e2e need that is
+#                                         missing, then print one `NAME PATH` line for each
+#   tools/cluster/build.sh TARGET...      the same for groups or program names: kind, node (a
+#                                         kind node image's programs, kubectl, helm), e2e
+#                                         (e2e.test, agnhost, ginkgo), everything; `list` names
+#                                         them
 #   tools/cluster/build.sh path NAME      print where NAME is (or will be); builds nothing
 #   tools/cluster/build.sh list           print `NAME COMPONENT VERSION PACKAGE` per program
 #   tools/cluster/build.sh versions [T…]  print the version each built program reports
@@ -54,37 +55,36 @@ snapshot-metadata-lister external-snapshot-metadata bin  github.com/kubernetes-c
 e2e.test                kubernetes                 test  k8s.io/kubernetes/test/e2e
 agnhost                 kubernetes                 bin   k8s.io/kubernetes/test/images/agnhost
 ginkgo                  ginkgo                     bin   github.com/onsi/ginkgo/v2/ginkgo
-containerd              containerd                 bin   github.com/containerd/containerd/v2/cmd/containerd
-containerd-shim-runc-v2 containerd                 bin   github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
-ctr                     containerd                 bin   github.com/containerd/containerd/v2/cmd/ctr
 EOF
 }
 
-# The groups: `all` is what the cluster runs (Debian's containerd by default), `e2e` what the
-# Kubernetes e2e suite adds, `containerd` the fallback for a containerd too old for the kubelet,
-# `kind` what a kind node image holds (tools/kind/node-image.sh) and the kubectl and helm that
-# drive it.
-kind_only="kubeadm crictl coredns"
+# The groups: `node` is what a kind node image holds (tools/kind/node-image.sh) with the kubectl
+# and helm that drive the cluster; `kind` is everything make kind-up and make kind-e2e need on top:
+# the sidecars' programs, the snapshot CRDs and snapshot-controller manifests, the snapshot
+# metadata CRDs and lister, and agnhost (an image of tools/cluster/images/images.txt); `e2e` is
+# what Kubernetes' external storage e2e suite adds.
+node_programs="kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl kube-proxy etcd helm kubeadm crictl coredns"
+kind_programs="csi-provisioner csi-attacher csi-resizer csi-snapshotter snapshot-controller snapshot-crds
+  snapshot-controller-manifests csi-snapshot-metadata snapshot-metadata-crds snapshot-metadata-lister agnhost"
 group() {
   case "$1" in
-    all) programs | awk -v k=" $kind_only " '$2 != "containerd" && $1 != "e2e.test" && $1 != "agnhost" && $1 != "ginkgo" && index(k, " " $1 " ") == 0 {print $1}' ;;
+    node) echo "$node_programs" ;;
+    kind) echo "$node_programs $kind_programs" ;;
     e2e) echo e2e.test agnhost ginkgo ;;
-    kind) echo kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl kube-proxy etcd helm "$kind_only" ;;
-    containerd) echo containerd containerd-shim-runc-v2 ctr ;;
     everything) programs | awk '{print $1}' ;;
     *) return 1 ;;
   esac
 }
 
 die() { echo "build.sh: $*" >&2; exit 1; }
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
 
 # field NAME N: the Nth column of NAME's line, or fail naming the known programs.
 field() {
   local line
   line=$(programs | awk -v n="$1" '$1 == n') ||:
   if [ -z "$line" ]; then
-    echo "build.sh: no program '$1' (known: $(programs | awk '{printf "%s ", $1}'); groups: all e2e containerd kind everything)" >&2
+    echo "build.sh: no program '$1' (known: $(programs | awk '{printf "%s ", $1}'); groups: kind node e2e everything)" >&2
     exit 2
   fi
   awk -v i="$2" '{print $i}' <<<"$line"
@@ -100,7 +100,6 @@ version_of() {
     external-resizer) echo "$CSI_RESIZER_VERSION" ;;
     external-snapshotter) echo "$CSI_SNAPSHOTTER_VERSION" ;;
     external-snapshot-metadata) echo "$CSI_SNAPSHOT_METADATA_VERSION" ;;
-    containerd) echo "$CONTAINERD_VERSION" ;;
     ginkgo) echo "$GINKGO_VERSION" ;;
     cri-tools) echo "$CRI_TOOLS_VERSION" ;;
     coredns) echo "$COREDNS_VERSION" ;;
@@ -170,8 +169,8 @@ run() {
 }
 
 # ldflags COMPONENT NAME: the flags that make NAME report its real version, as its own release
-# build sets them (kubernetes' hack/lib/version.sh, the sidecars' release-tools, helm's and
-# containerd's Makefiles). The build date is the release's, from the module proxy, so a rebuild
+# build sets them (kubernetes' hack/lib/version.sh, the sidecars' release-tools, helm's
+# Makefile). The build date is the release's, from the module proxy, so a rebuild
 # gives the same binary.
 ldflags() {
   local comp=$1 name=$2 v f=(-s -w) pkg date major minor
@@ -196,24 +195,12 @@ ldflags() {
       pkg=helm.sh/helm/v4/internal/version
       f+=(-X "$pkg.version=$v" -X "$pkg.gitTreeState=clean")
       ;;
-    containerd)
-      pkg=github.com/containerd/containerd/v2/version
-      f+=(-X "$pkg.Version=$v" -X "$pkg.Package=github.com/containerd/containerd/v2")
-      ;;
     ginkgo) ;; # its version is a constant of the module (types.VERSION)
     coredns) ;; # its version is a constant of the module (coremain.CoreVersion)
     cri-tools) f+=(-X "sigs.k8s.io/cri-tools/pkg/version.Version=$v") ;;
     *) f+=(-X "main.version=$v") ;; # the kubernetes-csi sidecars
   esac
   echo "${f[*]}"
-}
-
-# tags COMPONENT NAME: containerd's static build tags (the shim without gRPC, as its Makefile).
-tags() {
-  [ "$1" = containerd ] || return 0
-  local t=urfave_cli_no_docs,osusergo,netgo,static_build
-  [ "$2" = containerd-shim-runc-v2 ] && t="$t,no_grpc"
-  echo "-tags=$t"
 }
 
 # check_agnhost: the agnhost tag the e2e suite asks for is the VERSION file of that release.
@@ -229,7 +216,7 @@ check_agnhost() {
 # build_one NAME OUTDIR: build NAME into OUTDIR. It runs where errexit is off (a caller's ||), so
 # every step that can fail says so itself.
 build_one() {
-  local name=$1 out=$2 comp kind what flags tagflag mod sub src
+  local name=$1 out=$2 comp kind what flags mod sub src
   comp=$(field "$name" 2)
   kind=$(field "$name" 3)
   what=$(field "$name" 4)
@@ -237,11 +224,9 @@ build_one() {
     bin | test)
       if [ "$name" = agnhost ]; then check_agnhost || return 1; fi
       flags=$(ldflags "$comp" "$name") || return 1
-      tagflag=$(tags "$comp" "$name")
       local cmd=(go build)
       [ "$kind" = test ] && cmd=(go test -c)
-      # shellcheck disable=SC2086 # $tagflag is one flag or none
-      run "$comp" "${cmd[@]}" -trimpath -buildvcs=false $tagflag -ldflags "$flags" \
+      run "$comp" "${cmd[@]}" -trimpath -buildvcs=false -ldflags "$flags" \
         -o "$out/$name" "$what"
       ;;
     crds)
@@ -334,7 +319,6 @@ versions() {
       helm) echo "$name $("$p" version --short 2>&1 | head -1)" ;;
       ginkgo | kubeadm) echo "$name $("$p" version 2>&1 | head -1)" ;;
       coredns) echo "$name $("$p" -version 2>&1 | head -1)" ;;
-      containerd-shim-runc-v2) echo "$name $("$p" -v 2>&1 | sed -n 2p)" ;;
       # An example client with no version flag: its module's version, from the build information.
       snapshot-metadata-lister)
         echo "$name $(PATH=$PATH:/usr/local/go/bin go version -m "$p" 2>&1 |

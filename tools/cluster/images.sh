@@ -4,14 +4,20 @@
 # The images are listed in tools/cluster/images/images.txt.
 #
 #   tools/cluster/images.sh build [NAME:TAG...]      make what is missing (all images by default);
-#                                                    one whose binary is not built yet is skipped,
-#                                                    with a message; exit 1 if a build failed
+#                                                    exit 1, naming each image and the command
+#                                                    that builds its program, when a program is
+#                                                    not built yet (`missing`), or a build failed
+#   tools/cluster/images.sh missing                  print "NAME:TAG: WHY (COMMAND)" for each image
+#                                                    whose inputs are not there; exit 1 if any
+#   tools/cluster/images.sh unmade                   print "NAME:TAG VALUE" for each image the
+#                                                    chart's defaults name that is not made here,
+#                                                    VALUE the chart setting that replaces it
 #   tools/cluster/images.sh list                     print "NAME:TAG ARCHIVE" for every image
 #                                                    whose current archive exists, NAME as
 #                                                    containerd stores it (a bare name under
 #                                                    docker.io/library/, as the kubelet reads it)
 #   tools/cluster/images.sh names                    print every NAME:TAG this script makes, as
-#                                                    the manifests spell it
+#                                                    the manifests spell it (the `none` rows not)
 #   tools/cluster/images.sh path NAME:TAG            print where its current archive is (or will
 #                                                    be); exit 1 if its inputs are not there
 #   tools/cluster/images.sh check NAME:TAG [ARG...]  import its archive into a throwaway containerd
@@ -65,7 +71,7 @@ key_of() {
   esac
 }
 
-# why_not NAME:TAG RECIPE SOURCE: why key_of failed.
+# why_not NAME:TAG RECIPE SOURCE: why key_of failed, with the command that fixes it.
 why_not() {
   case "$2" in
     go | gobin) not_built "$3" ;;
@@ -87,13 +93,29 @@ row() {
   die "no image $1 in $table (images.sh names lists them)"
 }
 
+# made_rows: the rows of the images this script makes (a `none` row is one it does not).
+made_rows() { table_rows | awk '$2 != "none"'; }
+
+# cmd_missing: each image whose inputs are not there, and why; exit 1 if there is one. busybox
+# is not one: its Debian package is installed by the build itself.
+cmd_missing() {
+  local name recipe source n=0
+  while read -r name recipe source; do
+    [ "$recipe" = busybox ] && continue
+    key_of "$name" "$recipe" "$source" >/dev/null 2>&1 && continue
+    echo "$name: $(why_not "$name" "$recipe" "$source")"
+    n=$((n + 1))
+  done < <(made_rows)
+  [ "$n" -eq 0 ]
+}
+
 cmd_list() {
   local name recipe source key archive
   while read -r name recipe source; do
     key=$(key_of "$name" "$recipe" "$source" 2>/dev/null) || continue
     archive=$(archive_path "$name" "$key")
     [ -f "$archive" ] && echo "$(normalized "$name") $archive"
-  done < <(table_rows)
+  done < <(made_rows)
   return 0
 }
 
@@ -106,20 +128,22 @@ cmd_path() {
 
 build_one() {
   local name=$1 recipe=$2 source=$3 key archive
+  [ "$recipe" = none ] && die "$name: not made here; the chart runs without it with --set $source"
   [ "$recipe" = busybox ] && need_pkg busybox-static
-  if ! key=$(key_of "$name" "$recipe" "$source" 2>/dev/null); then
-    say "$name: skipped: $(why_not "$name" "$recipe" "$source")"
-    return 0
-  fi
+  key=$(key_of "$name" "$recipe" "$source" 2>/dev/null) ||
+    die "$name: can't be made: $(why_not "$name" "$recipe" "$source")"
   archive=$(archive_path "$name" "$key")
   [ -f "$archive" ] && return 0
   "${recipe}_build" "$name" "$key" "$archive" "$source"
 }
 
 cmd_build() {
-  local rows=() line rc=0 failed=() started=$SECONDS ref
+  local rows=() line rc=0 failed=() started=$SECONDS ref out
   [ "$(id -u)" -eq 0 ] || die "build needs root (buildah, debootstrap)"
-  if [ $# -eq 0 ]; then mapfile -t rows < <(table_rows)
+  if [ $# -eq 0 ]; then
+    mapfile -t rows < <(made_rows)
+    # Every program first: a missing one stops the build before anything is made, naming them all.
+    out=$(cmd_missing) || die "programs not built yet:"$'\n'"$out"
   else for ref in "$@"; do rows+=("$(row "$ref")"); done; fi
   mkdir -p "$images_dir"
   exec 9>"$images_dir/.lock"
@@ -232,7 +256,9 @@ check_args() {
 case "${1:-}" in
   build) shift; cmd_build "$@" ;;
   list) [ $# -eq 1 ] || usage; cmd_list ;;
-  names) [ $# -eq 1 ] || usage; table_rows | cut -d' ' -f1 ;;
+  names) [ $# -eq 1 ] || usage; made_rows | cut -d' ' -f1 ;;
+  missing) [ $# -eq 1 ] || usage; cmd_missing ;;
+  unmade) [ $# -eq 1 ] || usage; table_rows | awk '$2 == "none" {print $1, $3}' ;;
   path) [ $# -eq 2 ] || usage; cmd_path "$2" ;;
   check) [ $# -ge 2 ] || usage; shift; cmd_check "$@" ;;
   check-args) [ $# -eq 2 ] || usage; check_args "$2" ;;

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # make k8s-e2e: Kubernetes' external storage e2e suite (e2e.test of k8s.io/kubernetes/test/e2e,
-# focus External.Storage) against the driver, in the real cluster from binaries.
+# focus External.Storage) against the driver, on a kind cluster (tools/kind/up.sh and down.sh,
+# KIND_CLUSTER honoured; the images loaded with kind load image-archive).
 #
 #   tools/cluster/k8s-e2e.sh [--dry-run] [--bench]
 #
-# Brings the cluster up (CLUSTER_NAME honoured), installs the snapshot CRDs and the
+# Brings the cluster up, installs the snapshot CRDs and the
 # snapshot-controller from the pinned external-snapshotter module, then the chart twice with
 # helm: the default shared shape (tests/k8s/storage_e2e/values.yaml, test-driver.yaml) and the local
 # shape under its own driver name (values-local.yaml, test-driver-local.yaml, topology and
@@ -20,13 +21,10 @@
 #   K8S_E2E_SKIP=RE          replace the default skip ([Disruptive], [Feature:SELinux], and the
 #                            any-volume-data-source spec, whose images can't be built here)
 #   K8S_E2E_DISRUPTIVE=1     run the [Disruptive] specs instead, one process, with an sshd in
-#                            each node (tools/cluster/node-ssh.sh; tools/kind/node-ssh.sh on kind)
-#                            for their kubelet restarts
+#                            each node (tools/kind/node-ssh.sh) for their kubelet restarts
 #   K8S_E2E_LOCAL=0          leave out the local shape's release and specs
 #   K8S_E2E_KEEP=1           leave the cluster up at the end
-#   K8S_E2E_OUT=DIR          default .run/<cluster>/k8s-e2e (.run/kind-<name>-k8s-e2e on kind)
-#   K8S_E2E_KIND=1           on a kind cluster instead (tools/kind/up.sh and down.sh, KIND_CLUSTER
-#                            honoured; its images loaded with kind load image-archive)
+#   K8S_E2E_OUT=DIR          default .run/kind-<name>-k8s-e2e
 # --dry-run prints each step and runs nothing. --bench sets the cluster up the same way, then runs
 # bench/cluster_latency.py (claim -> pod Running, snapshot -> restored claim Bound) instead of the
 # suite, into K8S_E2E_OUT/latency.json (make k8s-bench; docs/benchmarks.md).
@@ -46,17 +44,13 @@ for arg in "$@"; do
   esac
 done
 
-export CLUSTER_NAME=${CLUSTER_NAME:-}
-cluster_dir=${CLUSTER_NAME:-cluster}
-ON_KIND=${K8S_E2E_KIND:-0}
 export KIND_CLUSTER=${KIND_CLUSTER:-csi-hostpath}
 PROCS=${K8S_E2E_PROCS:-3}
 TIMEOUT=${K8S_E2E_TIMEOUT:-150m}
 DISRUPTIVE=${K8S_E2E_DISRUPTIVE:-0}
 LOCAL=${K8S_E2E_LOCAL:-1}
 KEEP=${K8S_E2E_KEEP:-0}
-OUT=${K8S_E2E_OUT:-$repo/.run/$cluster_dir/k8s-e2e}
-[ "$ON_KIND" = 0 ] || OUT=${K8S_E2E_OUT:-$repo/.run/kind-$KIND_CLUSTER-k8s-e2e}
+OUT=${K8S_E2E_OUT:-$repo/.run/kind-$KIND_CLUSTER-k8s-e2e}
 PY=${PY:-$repo/.venv/bin/python}
 SUITE=tests/k8s/storage_e2e
 SHARED_DRIVER=loop.hostpath.csi.dev
@@ -107,18 +101,8 @@ KUBECTL=$(path_of kubectl)
 HELM=$(path_of helm)
 CRDS=$(path_of snapshot-crds)
 SNAP_CONTROLLER=$(path_of snapshot-controller-manifests)
-KUBECONFIG=$repo/.run/$cluster_dir/kubeconfig
-[ "$ON_KIND" = 0 ] || KUBECONFIG=$repo/.run/kind/$KIND_CLUSTER/kubeconfig
+KUBECONFIG=$repo/.run/kind/$KIND_CLUSTER/kubeconfig
 export KUBECONFIG
-# The cluster: the one from binaries, or kind.
-cluster_up=(bash tools/cluster/up.sh)
-cluster_down=(bash tools/cluster/down.sh)
-programs=(all e2e)
-if [ "$ON_KIND" = 1 ]; then
-  cluster_up=(bash tools/kind/up.sh)
-  cluster_down=(bash tools/kind/down.sh)
-  programs=(kind e2e)
-fi
 
 # Whatever happened, the driver's logs are kept and the cluster goes down (unless K8S_E2E_KEEP).
 # shellcheck disable=SC2329 # called by finish, the EXIT trap
@@ -141,16 +125,16 @@ finish() {
     collect_logs
   fi
   if [ "$KEEP" = 1 ]; then
-    echo "k8s-e2e: the cluster stays up (K8S_E2E_KEEP=1): make cluster-down CLUSTER_NAME=$CLUSTER_NAME (kind: make kind-down)"
+    echo "k8s-e2e: the cluster stays up (K8S_E2E_KEEP=1): make kind-down removes it"
   else
     step "cluster down"
-    run "${cluster_down[@]}" || rc=1
+    run bash tools/kind/down.sh || rc=1
   fi
   exit "$rc"
 }
 
 step "programs: e2e.test, ginkgo, the cluster's (built once, cached)"
-run bash tools/cluster/build.sh "${programs[@]}" >/dev/null
+run bash tools/cluster/build.sh kind e2e >/dev/null
 step "images (cached; the suite's and the driver's)"
 run bash tools/cluster/images.sh build
 # Read whole (grep -q would end the listing early, and pipefail would call that a failure).
@@ -163,15 +147,15 @@ done
 
 mkdir -p "$OUT"
 trap finish EXIT
-step "cluster up (${CLUSTER_NAME:-default}$([ "$ON_KIND" = 0 ] || echo ", kind $KIND_CLUSTER"))"
-run "${cluster_up[@]}"
+step "cluster up (kind $KIND_CLUSTER)"
+run bash tools/kind/up.sh
 
 if [ "$DISRUPTIVE" = 1 ]; then
-  # The [Disruptive] specs stop and start a node's kubelet over SSH (tools/cluster/node-ssh.sh;
-  # on kind tools/kind/node-ssh.sh, whose sessions run in the node, under its systemd).
+  # The [Disruptive] specs stop and start a node's kubelet over SSH (tools/kind/node-ssh.sh, whose
+  # sessions run in the node, under its systemd).
   step "an SSH server in each node, for the suite's kubelet restarts"
   if [ "$DRY_RUN" = 0 ]; then
-    KUBE_SSH_KEY_PATH=$(bash "tools/$([ "$ON_KIND" = 1 ] && echo kind || echo cluster)/node-ssh.sh" up)
+    KUBE_SSH_KEY_PATH=$(bash tools/kind/node-ssh.sh up)
     export KUBE_SSH_KEY_PATH KUBE_SSH_USER=root
   fi
 fi

@@ -1,19 +1,37 @@
 #!/usr/bin/env bash
-# The sandbox image: tools/cluster/pause/pause.c, built static with gcc and packaged as an OCI
-# image archive named $CLUSTER_PAUSE_IMAGE (registry.k8s.io/pause:3.10.1, the name the kubelet and
-# the e2e suite use), which `ctr images import` loads under that name.
+# The sandbox image of a kind node made here (tools/kind/node-image.sh): tools/cluster/pause/pause.c,
+# built static with gcc and packaged as an OCI image archive named $CLUSTER_PAUSE_IMAGE
+# (registry.k8s.io/pause:3.10.1, the name the kubelet and the e2e suite use), which
+# `ctr images import` loads under that name.
 #
 #   tools/cluster/pause.sh build     build into the cache unless it is there already
-#   tools/cluster/pause.sh path bin  the static program (also each node's init)
+#   tools/cluster/pause.sh path bin  the static program
 #   tools/cluster/pause.sh path image the image archive
 #   tools/cluster/pause.sh list      "NAME ARCHIVE", as tools/cluster/images.sh list prints
 #   tools/cluster/pause.sh --help
 #
 # The cache directory is named after a hash of the source, the compiler and this script, and is
-# written as DIR.partial then renamed: an interrupted build never looks finished.
+# written as DIR.partial then renamed: an interrupted build never looks finished. gcc and libc6-dev
+# are installed with apt-get when missing (as root).
 set -euo pipefail
-# shellcheck source=tools/cluster/lib.sh
-. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+CLUSTER_TOOLS=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CLUSTER_CACHE=${CSI_HOSTPATH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/csi-hostpath}
+CLUSTER_PAUSE_IMAGE=${CLUSTER_PAUSE_IMAGE:-registry.k8s.io/pause:3.10.1}
+
+die() { printf 'pause: %s\n' "$*" >&2; exit 1; }
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$1"; }
+
+# need_gcc: a C compiler and the static libc, from Debian's packages when missing.
+need_gcc() {
+  command -v gcc >/dev/null && [ -f /usr/lib/x86_64-linux-gnu/libc.a ] && return 0
+  if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
+    die "needs gcc and the static libc (apt-get install gcc libc6-dev)"
+  fi
+  echo "pause: installing Debian's gcc and libc6-dev" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gcc libc6-dev >/dev/null
+}
 
 src=$CLUSTER_TOOLS/pause/pause.c
 key=$( { cat "$src" "$0"; gcc --version 2>/dev/null | head -n 1; echo "$CLUSTER_PAUSE_IMAGE"; } | sha256sum | cut -c1-12)
@@ -30,7 +48,7 @@ blob() {
 
 build() {
   [ -f "$dir/pause.tar" ] && return 0
-  command -v gcc >/dev/null || die "pause: needs gcc (apt-get install gcc libc6-dev)"
+  need_gcc
   local part=$dir.partial root layer_digest layer_size diff_id config_digest config_size \
     manifest_digest manifest_size name tag
   rm -rf "$part"

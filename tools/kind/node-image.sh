@@ -46,7 +46,7 @@ bin() { bash "$cluster/build.sh" path "$1"; }
 rows() {
   local ref kubeadm
   kubeadm=$(bin kubeadm)
-  [ -x "$kubeadm" ] || die "kubeadm is not built (tools/cluster/build.sh kind)"
+  [ -x "$kubeadm" ] || die "kubeadm is not built (tools/cluster/build.sh node)"
   "$kubeadm" config images list --kubernetes-version "$KUBERNETES_VERSION" 2>/dev/null |
     while read -r ref; do
       case "${ref%:*}" in
@@ -114,8 +114,8 @@ build() {
   local name archive started=$SECONDS base base_ref stage ctr ref path want got
   need_docker
   [ "$(id -u)" -eq 0 ] || die "build needs root (debootstrap, buildah)"
-  say "programs: tools/cluster/build.sh kind"
-  bash "$cluster/build.sh" kind >/dev/null
+  say "programs: tools/cluster/build.sh node"
+  bash "$cluster/build.sh" node >/dev/null
   write_table
   say "images: tools/cluster/images.sh build ($(wc -l <"$table") images)"
   imgs build

@@ -1,7 +1,5 @@
-"""`make cluster-e2e`: the experiments of docs/kind.md run against a real cluster, checked the way
-a user checks them (the API's objects, events, pod logs, the driver's own ledger CLI).
+"""The experiments of docs/kind.md, run against a kind cluster (make kind-e2e), checked the way a
+user checks them (the API's objects, events, pod logs, the driver's own ledger CLI).
 
-The cluster from binaries (tools/cluster/) by default; any kubeconfig (kind, a real cluster) with
-`--kubeconfig FILE --no-cluster`. One module per group of experiments; `runner` picks, orders,
-times and tabulates them.
+One module per group of experiments; `runner` picks, orders, times and tabulates them.
 """

@@ -14,8 +14,7 @@ from tests.k8s.experiments.kube import Failed, Kube, until
 from tests.k8s.experiments.nodes import REPO
 
 # The local shape's pool and state: directories of each node's own (/var/lib/csi-hostpath is the
-# node's, in the cluster from binaries and in a kind node alike), beside the shared shape's, which
-# the same run used before.
+# kind node's), beside the shared shape's, which the same run used before.
 LOCAL_POOL = "/var/lib/csi-hostpath/local-pool"
 LOCAL_STATE = "/var/lib/csi-hostpath/local-node"
 SHAPE_VALUES = {

@@ -82,7 +82,7 @@ class Kube:
     def __init__(self, kubeconfig: Path, kubectl: str) -> None:
         self.kubeconfig = kubeconfig
         self.kubectl_path = kubectl
-        self._cache = tempfile.TemporaryDirectory(prefix="cluster-e2e-discovery-")
+        self._cache = tempfile.TemporaryDirectory(prefix="experiments-discovery-")
         api = config.new_client_from_config(config_file=str(kubeconfig))
         self._client = dynamic.DynamicClient(
             api, cache_file=str(Path(self._cache.name) / "cache.json")

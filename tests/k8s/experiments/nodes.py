@@ -1,6 +1,6 @@
-"""What the experiments do to a node that kubectl can't: run a command inside it (as `docker exec`
-of a kind node would), stop and start its kubelet, kill a container, read its mounts; and the
-host's view of the loop devices, which every node shares (the kernel's)."""
+"""What the experiments do to a kind node that kubectl can't: run a command inside it (`docker
+exec`), stop and start its kubelet, kill a container, read its mounts; and the host's view of the
+loop devices, which every node shares (the kernel's)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
-NODE_SH = REPO / "tools" / "cluster" / "node.sh"
 
 
 def _run(argv: Sequence[str], env: dict[str, str] | None = None, timeout: float = 120) -> str:
@@ -38,21 +37,17 @@ class LoopDevice:
 
 
 class Nodes:
-    """The cluster from binaries: tools/cluster/node.sh of CLUSTER_NAME."""
+    """The nodes of a kind cluster, each a Docker container (DOCKER_HOST: tools/kind/docker.sh)."""
 
-    def __init__(self, cluster_name: str, pool_dir: Path) -> None:
-        self.cluster_name = cluster_name
+    def __init__(self, pool_dir: Path) -> None:
         # The shared pool as the host sees it (every node's /var/lib/csi-hostpath/pool).
         self.pool_dir = pool_dir
 
-    def _env(self) -> dict[str, str]:
-        return {**os.environ, "CLUSTER_NAME": self.cluster_name}
-
     def exec_argv(self, node: str, argv: Sequence[str]) -> list[str]:
-        return ["bash", str(NODE_SH), "exec", node, "--", *argv]
+        return ["docker", "exec", node, *argv]
 
     def exec(self, node: str, argv: Sequence[str], timeout: float = 120) -> str:
-        return _run(self.exec_argv(node, argv), env=self._env(), timeout=timeout)
+        return _run(self.exec_argv(node, argv), timeout=timeout)
 
     def spawn(self, node: str, argv: Sequence[str]) -> subprocess.Popen[str]:
         """A process of our own inside the node, outside any pod: the kubelet neither sees nor
@@ -63,15 +58,14 @@ class Nodes:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env=self._env(),
             start_new_session=True,
         )
 
     def stop_kubelet(self, node: str) -> None:
-        _run(["bash", str(NODE_SH), "stop", node, "kubelet"], env=self._env())
+        self.exec(node, ["systemctl", "stop", "kubelet"])
 
     def start_kubelet(self, node: str) -> None:
-        _run(["bash", str(NODE_SH), "start", node, "kubelet"], env=self._env(), timeout=300)
+        self.exec(node, ["systemctl", "start", "kubelet"], timeout=300)
 
     def kill_container(self, node: str, container_id: str) -> None:
         """SIGKILL to the container's task, through the node's own containerd."""
@@ -95,19 +89,6 @@ class Nodes:
                 st = os.stat(os.path.join(root, f), follow_symlinks=False)
                 ours.add((st.st_dev, st.st_ino))
         return [d for d in host_loop_devices() if (d.back_dev, d.back_ino) in ours]
-
-
-class KindNodes(Nodes):
-    """A kind cluster: each node is a Docker container (untested here: no container engine)."""
-
-    def exec_argv(self, node: str, argv: Sequence[str]) -> list[str]:
-        return ["docker", "exec", node, *argv]
-
-    def stop_kubelet(self, node: str) -> None:
-        self.exec(node, ["systemctl", "stop", "kubelet"])
-
-    def start_kubelet(self, node: str) -> None:
-        self.exec(node, ["systemctl", "start", "kubelet"])
 
 
 def host_loop_devices() -> list[LoopDevice]:

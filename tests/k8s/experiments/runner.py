@@ -1,10 +1,11 @@
-"""`make cluster-e2e`: build what is missing, bring the cluster up, install the snapshot support and
-the chart, run the experiments, print the table, bring the cluster down (on failure too).
+"""The experiments on a running kind cluster (make kind-up's, or make kind-e2e, which brings one up
+and down around them): install the snapshot support and the chart, run the experiments, print
+the table.
 
-    python -m tests.k8s.experiments [--only LETTERS] [--skip LETTERS] [--keep] [--no-build]
-    python -m tests.k8s.experiments --kubeconfig FILE --no-cluster [--kind] ...   any other cluster
+    python -m tests.k8s.experiments [--kubeconfig FILE] [--only LETTERS] [--skip LETTERS] ...
 
-Exit 0 only when every selected experiment passed and the teardown left nothing behind.
+The kubeconfig is --kubeconfig, else KUBECONFIG, else the one make kind-up writes
+(.run/kind/$KIND_CLUSTER/kubeconfig). Exit 0 only when every selected experiment passed.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from tests.k8s.experiments import (  # noqa: F401  (they register)
 from tests.k8s.experiments.chart import Installer
 from tests.k8s.experiments.context import REGISTRY, Ctx, log
 from tests.k8s.experiments.kube import Failed, Kube
-from tests.k8s.experiments.nodes import REPO, KindNodes, Nodes
+from tests.k8s.experiments.nodes import REPO, Nodes
 from tests.k8s.experiments.table import Result, all_passed, render
 
 # The order they run in: the shared shape's first, the node-loss ones late (they take a node
@@ -45,7 +46,7 @@ TOOLS = REPO / "tools" / "cluster"
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="cluster-e2e",
+        prog="python -m tests.k8s.experiments",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -53,37 +54,23 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--skip", default="", help="skip these experiments (letters)")
     p.add_argument("--list", action="store_true", help="print the experiments and exit")
     p.add_argument(
-        "--cluster-name",
-        default=os.environ.get("CLUSTER_NAME") or "csi-hostpath",
-        help="the cluster from binaries to bring up and down (CLUSTER_NAME)",
-    )
-    p.add_argument(
-        "--kubeconfig", type=Path, help="the cluster's kubeconfig (default: the one up.sh writes)"
-    )
-    p.add_argument(
-        "--no-cluster",
-        action="store_true",
-        help="use --kubeconfig as it is: no build, no up, no down",
-    )
-    p.add_argument(
-        "--kind",
-        action="store_true",
-        help="the nodes are kind's containers (docker exec); implies --no-cluster",
-    )
-    p.add_argument("--keep", action="store_true", help="leave the cluster up at the end")
-    p.add_argument(
-        "--no-build",
-        action="store_true",
-        help="don't build programs or images (use what is cached)",
+        "--kubeconfig",
+        type=Path,
+        help="the cluster's kubeconfig (default: KUBECONFIG, else make kind-up's)",
     )
     p.add_argument(
         "--kubectl",
-        help="kubectl to use (default: the pinned build; kubectl on PATH with --no-cluster)",
+        help="kubectl to use (default: the pinned build, tools/cluster/build.sh path kubectl)",
     )
     p.add_argument(
-        "--helm", help="helm to use (default: the pinned build; helm on PATH with --no-cluster)"
+        "--helm", help="helm to use (default: the pinned build, tools/cluster/build.sh path helm)"
     )
-    p.add_argument("--pool-dir", type=Path, help="the shared pool as the host sees it")
+    p.add_argument(
+        "--pool-dir",
+        type=Path,
+        default=Path("/var/lib/csi-hostpath-kind/pool"),
+        help="the shared pool as the host sees it (default: %(default)s, make kind-up's)",
+    )
     p.add_argument(
         "--snapshot-crds",
         type=Path,
@@ -103,13 +90,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "--set", action="append", default=[], metavar="KEY=VALUE", help="more chart values"
     )
     args = p.parse_args(argv)
-    if args.kind:
-        args.no_cluster = True
-    if args.no_cluster and args.kubeconfig is None:
-        env = os.environ.get("KUBECONFIG")
-        if not env:
-            p.error("--no-cluster needs --kubeconfig FILE (or KUBECONFIG)")
-        args.kubeconfig = Path(env)
+    if args.kubeconfig is None:
+        kind = REPO / ".run" / "kind" / (os.environ.get("KIND_CLUSTER") or "csi-hostpath")
+        args.kubeconfig = Path(os.environ.get("KUBECONFIG") or kind / "kubeconfig")
     for flag in ("only", "skip"):
         bad = sorted(set(getattr(args, flag)) - set(ORDER))
         if bad:
@@ -140,37 +123,6 @@ def _tool(*argv: str, env: dict[str, str] | None = None, capture: bool = True) -
 
 def built(name: str) -> str:
     return _tool("bash", str(TOOLS / "build.sh"), "path", name).strip()
-
-
-def settings(env: dict[str, str]) -> dict[str, str]:
-    out = _tool("bash", str(TOOLS / "up.sh"), "--settings", env=env)
-    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-
-
-class Cluster:
-    """The cluster from binaries of one name: up, down."""
-
-    def __init__(self, name: str) -> None:
-        self.env = {**os.environ, "CLUSTER_NAME": name}
-        self.name = name
-
-    def up(self) -> Path:
-        log(f"bringing up the cluster {self.name}")
-        _tool("bash", str(TOOLS / "up.sh"), env=self.env, capture=False)
-        return Path(settings(self.env)["KUBECONFIG"])
-
-    def down(self) -> bool:
-        log(f"bringing down the cluster {self.name}")
-        done = subprocess.run(
-            ["bash", str(TOOLS / "down.sh")], env=self.env, stdin=subprocess.DEVNULL, check=False
-        )
-        return done.returncode == 0
-
-
-def build(args: argparse.Namespace) -> None:
-    log("building what is missing (tools/cluster/build.sh all, images.sh build)")
-    _tool("bash", str(TOOLS / "build.sh"), "all", capture=False)
-    _tool("bash", str(TOOLS / "images.sh"), "build", capture=False)
 
 
 def workers(kube: Kube) -> list[str]:
@@ -209,7 +161,7 @@ def diagnose(ctx: Ctx, letter: str, out: Path) -> None:
 
 
 def run(args: argparse.Namespace, kube: Kube, nodes: Nodes, logs: Path) -> list[Result]:
-    helm = args.helm or ("helm" if args.no_cluster else built("helm"))
+    helm = args.helm or built("helm")
     installer = Installer(
         kube,
         helm,
@@ -276,27 +228,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     signal.signal(signal.SIGTERM, _stop)
     began = time.monotonic()
-    cluster = None if args.no_cluster else Cluster(args.cluster_name)
     results: list[Result] = []
     setup_error = ""
-    down_ok = True
     try:
-        if cluster is not None:
-            if not args.no_build:
-                build(args)
-            kubeconfig = cluster.up()
-            st = settings(cluster.env)
-            pool = args.pool_dir or Path(st["CLUSTER_ROOT"]) / "shared" / "pool"
-            logs = Path(st["CLUSTER_RUN"]) / "logs" / "e2e"
-            nodes: Nodes = Nodes(cluster.name, pool)
-        else:
-            kubeconfig = args.kubeconfig
-            pool = args.pool_dir or Path("/var/lib/csi-hostpath-kind/pool")
-            logs = REPO / ".run" / "e2e-logs"
-            nodes = KindNodes("", pool) if args.kind else Nodes(args.cluster_name, pool)
-        kube = Kube(
-            kubeconfig, args.kubectl or ("kubectl" if args.no_cluster else built("kubectl"))
-        )
+        logs = REPO / ".run" / "e2e-logs"
+        nodes = Nodes(args.pool_dir)
+        kube = Kube(args.kubeconfig, args.kubectl or built("kubectl"))
         try:
             results = run(args, kube, nodes, logs)
         finally:
@@ -306,9 +243,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         log(f"stopped: {setup_error}")
         if not isinstance(e, Failed | SystemExit | KeyboardInterrupt):
             traceback.print_exc()
-    finally:
-        if cluster is not None and not args.keep:
-            down_ok = cluster.down()
     done = {r.letter for r in results}
     results += [
         Result(x, REGISTRY[x].title, "skipped", 0.0, f"not reached: {setup_error}")
@@ -316,8 +250,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         if x not in done
     ]
     print(render(results))
-    print(
-        f"cluster-e2e: {time.monotonic() - began:.0f} s in all"
-        + ("" if down_ok else "; the teardown left something behind (see above)")
-    )
-    return 0 if all_passed(results) and down_ok and not setup_error else 1
+    print(f"experiments: {time.monotonic() - began:.0f} s in all")
+    return 0 if all_passed(results) and not setup_error else 1

@@ -1,8 +1,8 @@
-"""`make cluster-e2e`'s runner, offline: table, arguments, registry, manifests, waits, exit code.
+"""The experiments' runner, offline: table, arguments, registry, manifests, waits, exit code.
 
-`make cluster-e2e` checked offline (no root, no cluster): its table, its arguments, its registry
-of experiments, the manifests it applies (valid Kubernetes 1.35, strictly), its waits, and that a
-run which can't reach its cluster prints every experiment as not reached and exits 1."""
+The experiments' runner checked offline (no root, no cluster): its table, its arguments, its
+registry of experiments, the manifests it applies (valid Kubernetes 1.35, strictly), its waits,
+and that a run which can't reach its cluster prints every experiment as not reached and exits 1."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pytest
 from tests.chart.chart_tool import validate
 from tests.k8s.experiments import context, runner
 from tests.k8s.experiments.kube import Failed, Obj, holds, until
+from tests.k8s.experiments.nodes import REPO
 from tests.k8s.experiments.table import Result, all_passed, render
 
 
@@ -69,13 +70,13 @@ def test_arguments_select_validate_and_imply() -> None:
     assert runner.selected(args) == ["a", "e", "j"]
     args = runner.parse_args(["--skip", "ej"])
     assert runner.selected(args) == [x for x in runner.ORDER if x not in "ej"]
-    args = runner.parse_args(["--kind", "--kubeconfig", "/k"])
-    assert args.no_cluster and args.kubeconfig == Path("/k")
+    args = runner.parse_args(["--kubeconfig", "/k"])
+    assert args.kubeconfig == Path("/k")
 
 
 @pytest.mark.parametrize(
     "argv",
-    [["--only", "az"], ["--skip", "1"], ["--no-cluster"], ["--kind"]],
+    [["--only", "az"], ["--skip", "1"], ["--no-cluster"], ["--kind"], ["--cluster-name", "x"]],
 )
 def test_bad_arguments_exit_2(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KUBECONFIG", raising=False)
@@ -84,16 +85,20 @@ def test_bad_arguments_exit_2(argv: list[str], monkeypatch: pytest.MonkeyPatch) 
     assert e.value.code == 2
 
 
-def test_no_cluster_takes_kubeconfig_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_kubeconfig_is_the_environments_else_kind_ups(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KUBECONFIG", "/from/env")
-    assert runner.parse_args(["--no-cluster"]).kubeconfig == Path("/from/env")
+    assert runner.parse_args([]).kubeconfig == Path("/from/env")
+    monkeypatch.delenv("KUBECONFIG")
+    monkeypatch.setenv("KIND_CLUSTER", "other")
+    want = REPO / ".run" / "kind" / "other" / "kubeconfig"
+    assert runner.parse_args([]).kubeconfig == want
 
 
 def test_a_run_that_cannot_reach_its_cluster_lists_all_as_not_reached_and_exits_1(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     missing = tmp_path / "no-such-kubeconfig"
-    code = runner.main(["--no-cluster", "--kubeconfig", str(missing), "--only", "ab"])
+    code = runner.main(["--kubeconfig", str(missing), "--only", "ab"])
     out = capsys.readouterr().out
     assert code == 1
     rows = [

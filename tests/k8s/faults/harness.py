@@ -1,5 +1,5 @@
 """The run's shared parts, set up once against a running kind cluster: Docker's address, the API
-client, the chart installed the way `python -m tests.k8s.experiments --kind` installs it (unless the
+client, the chart installed the way `python -m tests.k8s.experiments` installs it (unless the
 release is there already), the nodes' roles, the pool's files at the start, and how a killed
 component is waited for until it runs and answers again."""
 
@@ -18,7 +18,7 @@ from tests.k8s.experiments import runner
 from tests.k8s.experiments.chart import Installer
 from tests.k8s.experiments.context import IMMEDIATE, Ctx, log
 from tests.k8s.experiments.kube import Failed, Kube, pod_ready
-from tests.k8s.experiments.nodes import REPO, KindNodes, _run
+from tests.k8s.experiments.nodes import REPO, Nodes, _run
 from tests.k8s.faults.killer import Kill, Killer, Target
 from tests.k8s.faults.matrix import component
 from tests.k8s.faults.observe import Observer, wait_for
@@ -164,7 +164,7 @@ class Harness:
 def setup(args: argparse.Namespace, kube: Kube) -> Harness:
     os.environ["DOCKER_HOST"] = docker_host(args.docker_host)
     log(f"docker: DOCKER_HOST={os.environ['DOCKER_HOST']}")
-    nodes = KindNodes("", args.pool_dir)
+    nodes = Nodes(args.pool_dir)
     workers = runner.workers(kube)
     every = sorted(str(n["metadata"]["name"]) for n in kube.objects("v1", "Node"))
     planes = [n for n in every if n not in workers]

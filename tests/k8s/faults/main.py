@@ -2,12 +2,12 @@
 worker partitioned, powered off or rebooted under a writing pod, and a seeded chaos run.
 
     python -m tests.k8s.faults --list [--chaos MINUTES --seed N]     touches nothing
-    python -m tests.k8s.faults --kind --kubeconfig FILE [--cells SPEC]
-    python -m tests.k8s.faults --kind --kubeconfig FILE --partition partition,poweroff,reboot
-    python -m tests.k8s.faults --kind --kubeconfig FILE --chaos MINUTES --seed N
+    python -m tests.k8s.faults --kubeconfig FILE [--cells SPEC]
+    python -m tests.k8s.faults --kubeconfig FILE --partition partition,poweroff,reboot
+    python -m tests.k8s.faults --kubeconfig FILE --chaos MINUTES --seed N
 
 With neither --cells, --partition nor --chaos it runs every cell (--cells all). The chart is
-installed as `python -m tests.k8s.experiments --kind` installs it unless the release is there. Every
+installed as `python -m tests.k8s.experiments` installs it unless the release is there. Every
 result goes to a table, a grid of the matrix and --results (JSON, rewritten after each row).
 Exit 0 only when everything run passed.
 """
@@ -39,7 +39,6 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--list", action="store_true", help="print the matrix (and a chaos plan) only")
-    p.add_argument("--kind", action="store_true", help="the cluster is kind's (the only kind yet)")
     p.add_argument("--kubeconfig", type=Path, help="the cluster's kubeconfig (or KUBECONFIG)")
     p.add_argument("--cells", help="COMPONENT/PHASE[,...] ('*' either side; 'all'); see --list")
     p.add_argument("--partition", help=f"cases to run: {','.join(MODES)} or all")
@@ -126,11 +125,6 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     args.modes = _modes(p, args.partition)
     if args.list:
         return args
-    if not args.kind:
-        p.error(
-            "--kind is needed: only kind restarts what is killed (the cluster from binaries "
-            "has no supervisor yet)"
-        )
     if args.kubeconfig is None:
         env = os.environ.get("KUBECONFIG")
         if not env:

@@ -129,31 +129,30 @@ def test_the_scheduler_creates_through_wait_for_first_consumer_only() -> None:
 
 
 def test_arguments() -> None:
-    a = faults_main.parse_args(["--kind", "--kubeconfig", "/k"])
+    a = faults_main.parse_args(["--kubeconfig", "/k"])
     assert a.kubeconfig == Path("/k") and len(a.selected) == 61 and a.modes == []
-    a = faults_main.parse_args(["--kind", "--kubeconfig", "/k", "--partition", "all"])
+    a = faults_main.parse_args(["--kubeconfig", "/k", "--partition", "all"])
     assert a.selected == [] and a.modes == ["partition", "poweroff", "reboot"]
-    a = faults_main.parse_args(["--kind", "--kubeconfig", "/k", "--chaos", "30", "--seed", "7"])
+    a = faults_main.parse_args(["--kubeconfig", "/k", "--chaos", "30", "--seed", "7"])
     assert a.selected == [] and a.chaos == 30 and a.seed == 7
-    a = faults_main.parse_args(["--kind", "--kubeconfig", "/k", "--cells", "csi-resizer/*"])
+    a = faults_main.parse_args(["--kubeconfig", "/k", "--cells", "csi-resizer/*"])
     assert [c.id for c in a.selected] == ["csi-resizer/expand"]
     assert a.results.parent == REPO / ".run" / "faults"
 
 
 def test_kubeconfig_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KUBECONFIG", "/from/env")
-    assert faults_main.parse_args(["--kind"]).kubeconfig == Path("/from/env")
+    assert faults_main.parse_args([]).kubeconfig == Path("/from/env")
 
 
 @pytest.mark.parametrize(
     "argv",
     [
-        ["--kubeconfig", "/k"],  # no --kind
-        ["--kind"],  # no kubeconfig
-        ["--kind", "--kubeconfig", "/k", "--chaos", "30"],  # no seed
-        ["--kind", "--kubeconfig", "/k", "--chaos", "0", "--seed", "1"],
-        ["--kind", "--kubeconfig", "/k", "--cells", "csi-attacher/stage"],
-        ["--kind", "--kubeconfig", "/k", "--partition", "flood"],
+        [],  # no kubeconfig
+        ["--kubeconfig", "/k", "--chaos", "30"],  # no seed
+        ["--kubeconfig", "/k", "--chaos", "0", "--seed", "1"],
+        ["--kubeconfig", "/k", "--cells", "csi-attacher/stage"],
+        ["--kubeconfig", "/k", "--partition", "flood"],
     ],
 )
 def test_bad_arguments_exit_2(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -349,7 +348,7 @@ def test_a_run_that_cannot_reach_its_cluster_lists_its_rows_as_not_reached_and_e
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "results.json"
-    argv = ["--kind", "--kubeconfig", str(tmp_path / "none"), "--cells", "etcd/create",
+    argv = ["--kubeconfig", str(tmp_path / "none"), "--cells", "etcd/create",
             "--partition", "reboot", "--results", str(out)]  # fmt: skip
     assert faults_main.main(argv) == 1
     rows = json.loads(out.read_text())["results"]

@@ -72,7 +72,9 @@ def test_the_table_is_what_names_prints() -> None:
         if line.strip() and not line.startswith("#")
     ]
     assert all(len(row) == 3 for row in rows), rows
-    assert names() == [row[0].replace("@VERSION@", VERSION) for row in rows]
+    # A `none` row is an image the chart's defaults name and the script does not make.
+    made = [row[0].replace("@VERSION@", VERSION) for row in rows if row[1] != "none"]
+    assert names() == made
     assert len(set(names())) == len(names())
 
 

@@ -57,11 +57,10 @@ def test_shellcheck_is_clean() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.fixture(scope="module")
-def dry_run() -> str:
-    """The dry run through make, as a user runs it."""
+def make_dry_run(target: str) -> str:
+    """A target's dry run through make, as a user runs it."""
     result = subprocess.run(
-        ["make", "-s", "-C", str(ROOT), "kind-e2e", "E2E_ARGS=--dry-run"],
+        ["make", "-s", "-C", str(ROOT), target, "E2E_ARGS=--dry-run"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -70,6 +69,11 @@ def dry_run() -> str:
     )
     assert result.returncode == 0, result.stderr
     return result.stdout
+
+
+@pytest.fixture(scope="module")
+def dry_run() -> str:
+    return make_dry_run("kind-e2e")
 
 
 def test_dry_run_runs_nothing(dry_run: str) -> None:
@@ -81,7 +85,7 @@ def test_dry_run_runs_the_experiments_on_both_shapes(dry_run: str) -> None:
     project, plain = dry_run.split("\n=== ")[2], dry_run.split("plain: kind-up")[1]
     assert "KIND_CONFIG=examples/kind-config.yaml bash tools/kind/up.sh" in project
     assert "KIND_CONFIG=examples/kind-config-no-dev.yaml bash tools/kind/up.sh" in plain
-    runs = re.findall(r"^\+ .* -m tests\.k8s\.experiments --kind (.*)$", dry_run, re.MULTILINE)
+    runs = re.findall(r"^\+ .* -m tests\.k8s\.experiments (.*)$", dry_run, re.MULTILINE)
     assert len(runs) == 2, dry_run
     # The kubectl and helm of the builds, the run's own shared pool, all of a-o then abdk.
     for args in runs:
@@ -257,3 +261,16 @@ def test_the_host_check_works_on_a_host_without_firewall_rules(tmp_path: Path) -
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("ip_forward "), done.stdout
+
+
+def test_ci_runs_the_kind_smoke_after_the_tests() -> None:
+    """.ci/run proves kind on every landing: make kind-smoke after make test, never skipped for a
+    cold cache (kind-up builds what is missing); the smoke is kind-e2e with fewer experiments."""
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    commands = [line for line in ci if line and not line.startswith("#")]
+    assert commands.index("make kind-smoke") > commands.index("make test"), commands
+    out = make_dry_run("kind-smoke")
+    assert "+ bash tools/cluster/build.sh kind" in out
+    runs = re.findall(r"^\+ .* -m tests\.k8s\.experiments (.*)$", out, re.MULTILINE)
+    assert [r.rsplit("--only ", 1)[1] for r in runs] == ["abdk", "p"], runs
+    assert out.count("bash tools/kind/down.sh") == 2 and "nothing left behind" in out
