@@ -117,7 +117,7 @@ class Installer:
             "the snapshot and snapshot metadata APIs served",
             lambda: all(
                 api in self.kube.kubectl("api-versions")
-                for api in ("snapshot.storage.k8s.io/v1", "cbt.storage.k8s.io/v1alpha1")
+                for api in ("snapshot.storage.k8s.io/v1", "cbt.storage.k8s.io/v1beta1")
             ),
             60,
         )
