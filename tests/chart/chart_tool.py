@@ -30,7 +30,7 @@ NAMESPACE = "csi-hostpath"
 # The Kubernetes release the chart is checked against (kind v0.33 runs v1.35.1).
 KUBE_VERSION = "1.35.0"
 SNAPSHOT_API = "snapshot.storage.k8s.io/v1"
-CBT_API = "cbt.storage.k8s.io/v1alpha1"
+CBT_API = "cbt.storage.k8s.io/v1beta1"
 
 # The component label of what templates/why.yaml renders for the plugin's user.
 WHY_READER = "why-reader"
@@ -204,7 +204,7 @@ CRD_SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
 }
 
 
-# The SnapshotMetadataService of external-snapshot-metadata v0.2.0's CRD
+# The SnapshotMetadataService of external-snapshot-metadata v1.x's CRD
 # (client/config/crd/cbt.storage.k8s.io_snapshotmetadataservices.yaml): cluster-scoped, every
 # field of its spec required, caCert a base64 string (format byte).
 CRD_SCHEMAS[(CBT_API, "SnapshotMetadataService")] = {

@@ -18,10 +18,10 @@ from tests.chart.chart_tool import CHART_DIR, ROOT, SNAPSHOT_API, Rendered
 from tests.chart.conftest import Case, rendered_case
 
 SIDECAR_IMAGES = {
-    "csi-provisioner": "registry.k8s.io/sig-storage/csi-provisioner:v6.3.0",
-    "csi-attacher": "registry.k8s.io/sig-storage/csi-attacher:v4.12.0",
-    "csi-resizer": "registry.k8s.io/sig-storage/csi-resizer:v2.2.0",
-    "csi-snapshotter": "registry.k8s.io/sig-storage/csi-snapshotter:v8.6.0",
+    "csi-provisioner": "registry.k8s.io/sig-storage/csi-provisioner:v6.4.1",
+    "csi-attacher": "registry.k8s.io/sig-storage/csi-attacher:v4.13.1",
+    "csi-resizer": "registry.k8s.io/sig-storage/csi-resizer:v2.3.1",
+    "csi-snapshotter": "registry.k8s.io/sig-storage/csi-snapshotter:v8.7.0",
     **UPSTREAM_HELPER_IMAGES,
 }
 

@@ -1,8 +1,9 @@
 """Group snapshots and VolumeAttributesClasses in the chart, only where the cluster serves them.
 
 Group snapshots and VolumeAttributesClasses in the chart: each rendered only where the
-cluster serves its API, with the sidecar flag and RBAC of the pinned external-snapshotter v8.6.0
-(cmd/csi-snapshotter/main.go, deploy/kubernetes/csi-snapshotter/rbac-csi-snapshotter.yaml)."""
+cluster serves its API, with the sidecar flag and RBAC of the pinned external-snapshotter v8.7.0
+(cmd/csi-snapshotter/main.go, deploy/kubernetes/csi-snapshotter/rbac-csi-snapshotter.yaml). Its
+group snapshot gate is GA and on by default there, so the chart passes it only to turn it off."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from tests.chart.conftest import Case, rendered_case
 
 GROUP_API = "groupsnapshot.storage.k8s.io/v1beta2"
 VAC_API = "storage.k8s.io/v1/VolumeAttributesClass"
-GATE = "--feature-gates=CSIVolumeGroupSnapshot=true"
+GATE = "--feature-gates=CSIVolumeGroupSnapshot"
+GATE_OFF = f"{GATE}=false"
 
 
 def _snapshotter_rules(r: Rendered) -> list[dict[str, Any]]:
@@ -32,7 +34,8 @@ def test_group_snapshots_where_the_api_is_served() -> None:
     group_class = r.one("VolumeGroupSnapshotClass")
     assert group_class["driver"] == r.values["driverName"]
     assert group_class["deletionPolicy"] == "Delete"
-    assert GATE in container(controller_pod(r), "csi-snapshotter")["args"]
+    args = container(controller_pod(r), "csi-snapshotter")["args"]
+    assert not any(a.startswith(GATE) for a in args), args
     granted = {
         (res, verb)
         for rule in _snapshotter_rules(r)
@@ -55,7 +58,7 @@ def test_no_group_snapshots_without_the_api_or_when_off() -> None:
     ):
         r = rendered_case(case)
         assert not [o for o in r.objects if o["kind"] == "VolumeGroupSnapshotClass"]
-        assert GATE not in container(controller_pod(r), "csi-snapshotter")["args"]
+        assert GATE_OFF in container(controller_pod(r), "csi-snapshotter")["args"]
         assert not any(
             rule["apiGroups"] == ["groupsnapshot.storage.k8s.io"] for rule in _snapshotter_rules(r)
         )

@@ -3,8 +3,8 @@
 The many-machines shape, pool.scope local: each node's DaemonSet pod is the controller
 of its own pool beside a node-local external-provisioner; no central controller, no attach.
 
-Upstream: external-provisioner v6.3.0 README ("Deployment on each node", "Capacity support"),
-cmd/csi-provisioner/csi-provisioner.go, pkg/owner/owner.go; csi-snapshotter v8.6.0
+Upstream: external-provisioner v6.4.1 README ("Deployment on each node", "Capacity support"),
+cmd/csi-provisioner/csi-provisioner.go, pkg/owner/owner.go; csi-snapshotter v8.7.0
 cmd/csi-snapshotter/main.go."""
 
 from __future__ import annotations
@@ -90,6 +90,8 @@ def test_node_local_snapshotter() -> None:
     r = rendered_case(LOCAL_CASES[1])
     snap = container(node_pod(r), "csi-snapshotter")
     assert "--node-deployment=true" in snap["args"]
+    # Group snapshots stay off on the nodes, though v8.7.0 turns them on by default.
+    assert "--feature-gates=CSIVolumeGroupSnapshot=false" in snap["args"]
     assert "--leader-election" not in snap["args"]
     assert env_of(snap) == {"NODE_NAME": "spec.nodeName"}
 

@@ -1,8 +1,8 @@
 """The chart's changed-block tracking: the snapshot-metadata sidecar and its objects.
 
-Changed-block tracking in the chart: the external-snapshot-metadata sidecar (v0.2.0) beside the
+Changed-block tracking in the chart: the external-snapshot-metadata sidecar (v1.1.0) beside the
 controller, its Service, its TLS Secret and the SnapshotMetadataService object, rendered only where
-the cluster serves cbt.storage.k8s.io/v1alpha1, in the shared shape, with snapshots on. The flags
+the cluster serves cbt.storage.k8s.io/v1beta1, in the shared shape, with snapshots on. The flags
 are those of its pkg/sidecar/sidecar.go, the rules those its code uses."""
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def test_nothing_of_it_without_the_api_when_off_or_in_the_local_shape() -> None:
 def test_the_sidecar_shares_the_socket_and_serves_tls(r: Rendered) -> None:
     spec = controller_pod(r)
     c = container(spec, SIDECAR)
-    assert c["image"] == "registry.k8s.io/sig-storage/csi-snapshot-metadata:v0.2.0"
+    assert c["image"] == "registry.k8s.io/sig-storage/csi-snapshot-metadata:v1.1.0"
     driver = container(spec, "csi-hostpath")
     endpoint = next(a for a in driver["args"] if a.startswith("--endpoint="))
     assert flag(c, "csi-address") == socket_path(endpoint.split("=", 1)[1])
@@ -76,7 +76,9 @@ def test_the_sidecar_shares_the_socket_and_serves_tls(r: Rendered) -> None:
     assert secret["type"] == "kubernetes.io/tls"
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert int(flag(c, "port")) == ports["cbt-grpc"] == 50051
-    assert c["readinessProbe"]["tcpSocket"]["port"] == "cbt-grpc"
+    # v1.x answers /health on its HTTP endpoint once its gRPC server is ready.
+    assert int(flag(c, "http-endpoint").lstrip(":")) == ports["cbt-metrics"]
+    assert c["readinessProbe"]["httpGet"] == {"path": "/health", "port": "cbt-metrics"}
     # The audience comes from the object, not a flag that could disagree with it.
     assert not any(a.startswith("--audience") for a in c["args"])
 

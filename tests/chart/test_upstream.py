@@ -54,7 +54,7 @@ def test_livenessprobe_uses_http_endpoint(rendered: Rendered) -> None:
 
 def test_provisioner_protects_the_snapshot_it_restores() -> None:
     """external-provisioner v6.2+ puts a finalizer on a restore's source VolumeSnapshot and sweeps
-    orphaned ones: watch and update (deploy/kubernetes/rbac.yaml of v6.3.0)."""
+    orphaned ones: watch and update (deploy/kubernetes/rbac.yaml of v6.4.1)."""
     r = rendered_case(Case("snapshot-api", {}, (SNAPSHOT_API,)))
     rules = rules_of(r, "-provisioner")
     group = "snapshot.storage.k8s.io"
@@ -64,7 +64,7 @@ def test_provisioner_protects_the_snapshot_it_restores() -> None:
 
 def test_snapshotter_creates_no_contents() -> None:
     """The snapshot-controller creates VolumeSnapshotContents; the csi-snapshotter sidecar only
-    updates them (deploy/kubernetes/csi-snapshotter/rbac-csi-snapshotter.yaml of v8.6.0)."""
+    updates them (deploy/kubernetes/csi-snapshotter/rbac-csi-snapshotter.yaml of v8.7.0)."""
     r = rendered_case(Case("snapshot-api", {}, (SNAPSHOT_API,)))
     rules = rules_of(r, "-snapshotter")
     group = "snapshot.storage.k8s.io"

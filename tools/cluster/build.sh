@@ -51,7 +51,7 @@ snapshot-crds           external-snapshotter       crds  github.com/kubernetes-c
 snapshot-controller-manifests external-snapshotter  crds  github.com/kubernetes-csi/external-snapshotter/v8:deploy/kubernetes/snapshot-controller
 csi-snapshot-metadata   external-snapshot-metadata bin   github.com/kubernetes-csi/external-snapshot-metadata/cmd/csi-snapshot-metadata
 snapshot-metadata-crds  external-snapshot-metadata crds  github.com/kubernetes-csi/external-snapshot-metadata/client:config/crd
-snapshot-metadata-lister external-snapshot-metadata bin  github.com/kubernetes-csi/external-snapshot-metadata/examples/snapshot-metadata-lister
+snapshot-metadata-lister external-snapshot-metadata bin  csi-hostpath.local/external-snapshot-metadata-build/lister
 e2e.test                kubernetes                 test  k8s.io/kubernetes/test/e2e
 agnhost                 kubernetes                 bin   k8s.io/kubernetes/test/images/agnhost
 ginkgo                  ginkgo                     bin   github.com/onsi/ginkgo/v2/ginkgo
@@ -319,7 +319,8 @@ versions() {
       helm) echo "$name $("$p" version --short 2>&1 | head -1)" ;;
       ginkgo | kubeadm) echo "$name $("$p" version 2>&1 | head -1)" ;;
       coredns) echo "$name $("$p" -version 2>&1 | head -1)" ;;
-      # An example client with no version flag: its module's version, from the build information.
+      # The project's client over the module's library (tools/cluster/go/external-snapshot-
+      # metadata/lister), with no version flag: the library's version, from the build information.
       snapshot-metadata-lister)
         echo "$name $(PATH=$PATH:/usr/local/go/bin go version -m "$p" 2>&1 |
           awk '($1 == "mod" || $1 == "dep") && $2 ~ /external-snapshot-metadata$/ {print $2, $3}')" ;;

@@ -167,14 +167,14 @@ for crd in "$CRDS"/*.storage.k8s.io_*.yaml; do run "$KUBECTL" apply -f "$crd"; d
 run "$KUBECTL" wait --for condition=established --timeout=60s crd --all
 run "$KUBECTL" -n kube-system apply -f "$SNAP_CONTROLLER"/rbac-snapshot-controller.yaml
 # The Deployment is rendered in its final shape before it is created, so its first template is its
-# last: one replica on two cores, the image built here (the module's v8.6.0 manifest still names
-# v8.5.0, which is neither loaded nor pullable), never pulled, and group snapshots on (off by
-# default in v8.6.0's controller). Changed after creation, one write at a time, the rollout once
+# last: one replica on two cores, the image built here (the module's v8.7.0 manifest still names
+# v8.6.0, which is neither loaded nor pullable), never pulled, and group snapshots on (said
+# explicitly: off by default before v8.7.0, GA and on since). Changed after creation, one write at a time, the rollout once
 # stayed on the first ReplicaSet, whose image no node has.
 SNAP_DEPLOY=$OUT/snapshot-controller.yaml
 snap_container=/spec/template/spec/containers/0
 snap_patch='[{"op": "replace", "path": "/spec/replicas", "value": 1}, '\
-'{"op": "replace", "path": "'$snap_container'/image", "value": "registry.k8s.io/sig-storage/snapshot-controller:v8.6.0"}, '\
+'{"op": "replace", "path": "'$snap_container'/image", "value": "registry.k8s.io/sig-storage/snapshot-controller:v8.7.0"}, '\
 '{"op": "add", "path": "'$snap_container'/imagePullPolicy", "value": "IfNotPresent"}, '\
 '{"op": "add", "path": "'$snap_container'/args/-", "value": "--feature-gates=CSIVolumeGroupSnapshot=true"}]'
 printf '+ %s > %s\n' "$KUBECTL patch --local -f $SNAP_CONTROLLER/setup-snapshot-controller.yaml --type=json -p '$snap_patch' -o yaml" "$SNAP_DEPLOY"

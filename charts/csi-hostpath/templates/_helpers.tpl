@@ -74,7 +74,7 @@ true
 API. The Service and the object's address name the same Service: one definition for both.
 */}}
 {{- define "csi-hostpath.snapshotMetadataEnabled" -}}
-{{- if and (include "csi-hostpath.snapshotsEnabled" .) .Values.snapshots.metadata.enabled (not (include "csi-hostpath.localShape" .)) (.Capabilities.APIVersions.Has "cbt.storage.k8s.io/v1alpha1") -}}
+{{- if and (include "csi-hostpath.snapshotsEnabled" .) .Values.snapshots.metadata.enabled (not (include "csi-hostpath.localShape" .)) (.Capabilities.APIVersions.Has "cbt.storage.k8s.io/v1beta1") -}}
 true
 {{- end -}}
 {{- end -}}

@@ -2,7 +2,7 @@
 The sidecars of the many-machines shape (pool.scope local), added to each node's DaemonSet pod,
 beside the driver running with its controller service for this node's pool alone.
 
-external-provisioner's distributed provisioning (README of v6.3.0, "Deployment on each node"):
+external-provisioner's distributed provisioning (README of v6.4.1, "Deployment on each node"):
 --node-deployment with NODE_NAME set makes each instance create only the volumes whose selected
 node is its own, and delete only its own; --strict-topology and --immediate-topology=false keep
 CreateVolume's topology to that one node. The chart creates only the WaitForFirstConsumer class
@@ -18,9 +18,11 @@ namespace (NAMESPACE), owned by the DaemonSet: --capacity-ownerref-level=1 walks
 POD_NAME, and at level 1 pkg/owner/owner.go (lookupRecursive) takes the pod's controller reference
 without reading the DaemonSet, so the owner lookup needs `get` on pods only.
 
-csi-snapshotter v8.6.0 has the same node mode (cmd/csi-snapshotter/main.go: --node-deployment,
+csi-snapshotter v8.7.0 has the same node mode (cmd/csi-snapshotter/main.go: --node-deployment,
 NODE_NAME, no leader election); it handles the contents the snapshot-controller labels with its
-node, which the snapshot-controller does only with --enable-distributed-snapshotting.
+node, which the snapshot-controller does only with --enable-distributed-snapshotting. Its group
+snapshot gate, on by default since v8.7.0, is turned off here, as it was before: group snapshots
+through node-deployed snapshotters have not been tried in this shape.
 */}}
 {{- define "csi-hostpath.localSidecars" -}}
 {{- $nodeName := dict "name" "NODE_NAME" "valueFrom" (dict "fieldRef" (dict "fieldPath" "spec.nodeName")) -}}
@@ -43,6 +45,7 @@ node, which the snapshot-controller does only with --enable-distributed-snapshot
 {{- if include "csi-hostpath.snapshotsEnabled" . }}
 {{ include "csi-hostpath.sidecar" (dict "root" . "name" "csi-snapshotter" "port" "snapshotter"
       "values" .Values.sidecars.snapshotter "election" false
-      "args" (list "--extra-create-metadata" "--node-deployment=true") "env" (list $nodeName)) }}
+      "args" (list "--extra-create-metadata" "--node-deployment=true"
+        "--feature-gates=CSIVolumeGroupSnapshot=false") "env" (list $nodeName)) }}
 {{- end }}
 {{- end -}}

@@ -4,7 +4,7 @@ One kubernetes-csi controller sidecar (provisioner, attacher, resizer, snapshott
 "election" true "args" (list ...)). Every one of them serves --http-endpoint: /metrics, and with
 leader election /healthz/leader-election, which upstream recommends as the liveness probe so that a
 leader cut off from the API server is restarted (external-provisioner README, "HTTP endpoint";
-external-attacher deploy/kubernetes/deployment.yaml of v4.12.0).
+external-attacher deploy/kubernetes/deployment.yaml of v4.13.1).
 */}}
 {{- define "csi-hostpath.sidecar" -}}
 {{- $root := .root -}}

@@ -32,7 +32,8 @@ OWN_HELPERS = [
     "--set", "sidecars.nodeDriverRegistrar.implementation=csi-hostpath",
     "--set", "sidecars.livenessProbe.implementation=csi-hostpath",
 ]  # fmt: skip
-# Group snapshots are off by default in external-snapshotter v8.6.0's snapshot-controller.
+# Group snapshots: off by default in external-snapshotter's snapshot-controller before v8.7.0, GA
+# and on since; said explicitly, so a cluster of either serves them.
 GROUP_GATE = "--feature-gates=CSIVolumeGroupSnapshot=true"
 
 
@@ -53,7 +54,7 @@ def pinned(name: str) -> str:
 def snapshot_controller_objects(rendered: str, image: str) -> list[dict[str, Any]]:
     """The upstream snapshot-controller manifests' objects (kubectl's client-side rendering, as
     JSON) with the Deployment in its final shape: the image loaded, never pulled (no registry;
-    external-snapshotter v8.6.0's manifests still name the v8.5.0 image, and the controller is
+    external-snapshotter v8.7.0's manifests still name the v8.6.0 image, and the controller is
     the pinned release's, which tools/cluster/images.sh makes), and the group snapshot gate."""
     parsed = json.loads(rendered)
     objects: list[dict[str, Any]] = (
@@ -115,7 +116,7 @@ class Installer:
             "the snapshot and snapshot metadata APIs served",
             lambda: all(
                 api in self.kube.kubectl("api-versions")
-                for api in ("snapshot.storage.k8s.io/v1", "cbt.storage.k8s.io/v1alpha1")
+                for api in ("snapshot.storage.k8s.io/v1", "cbt.storage.k8s.io/v1beta1")
             ),
             60,
         )

@@ -2,7 +2,9 @@
 block claim gets random data at known 4 KiB blocks, is snapshotted, gets more at other blocks (one
 of them over an earlier one), and is snapshotted again; external-snapshot-metadata's own client,
 snapshot-metadata-lister, run in a pod with a ServiceAccount of its own, lists the first
-snapshot's allocated blocks and the delta between the two, through the sidecar's TLS API."""
+snapshot's allocated blocks and the delta between the two, through the sidecar's TLS API. The
+client is the project's own build of it over the module's library (tools/cluster/go/
+external-snapshot-metadata/lister: the module's own client is not served at v1.x)."""
 
 from __future__ import annotations
 
@@ -21,8 +23,9 @@ from tests.k8s.experiments.context import (
 from tests.k8s.experiments.exp_data import _ready, _snapshot
 from tests.k8s.experiments.kube import Failed, Obj, until
 
-CBT_API = "cbt.storage.k8s.io/v1alpha1"
-LISTER = "snapshot-metadata-lister:v0.2.0"
+# external-snapshot-metadata v1.x serves and reads only v1beta1 (v1alpha1 went with beta).
+CBT_API = "cbt.storage.k8s.io/v1beta1"
+LISTER = "snapshot-metadata-lister:v1.1.0"
 BLOCK = 4096
 DEVICE = "/dev/xvda"
 # The blocks written before the first snapshot and between the two, as (first block, count):
@@ -85,7 +88,7 @@ def block_pod(name: str, ns: str, claim: str) -> Obj:
 
 def client_rbac(ns: str, account: str) -> list[Obj]:
     """A backup client's account and rights: those of external-snapshot-metadata's
-    deploy/snapshot-metadata-client-cluster-role.yaml (v0.2.0)."""
+    deploy/snapshot-metadata-client-cluster-role.yaml (v1.1.0)."""
     role = f"{ns}-{account}"
     return [
         service_account(account, ns),

@@ -5,7 +5,7 @@ node, and the scheduler picks again.
 
 The local shape's snapshots are cut by a snapshotter on each node (--node-deployment), which only
 takes the contents the snapshot-controller marks for its node; the controller does that only with
---enable-distributed-snapshotting, and then reads the nodes (a rule its v8.6.0 RBAC leaves
+--enable-distributed-snapshotting, and then reads the nodes (a rule its v8.7.0 RBAC leaves
 commented out). Both are given for this experiment and taken back after it."""
 
 from __future__ import annotations

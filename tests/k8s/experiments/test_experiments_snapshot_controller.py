@@ -37,7 +37,7 @@ class Kube:
     def kubectl(self, *args: str, stdin: str | None = None, timeout: float = 180) -> str:
         self.calls.append((args, stdin))
         if "api-versions" in args:
-            return "snapshot.storage.k8s.io/v1\ncbt.storage.k8s.io/v1alpha1\n"
+            return "snapshot.storage.k8s.io/v1\ncbt.storage.k8s.io/v1beta1\n"
         if "--dry-run=client" in args:
             return json.dumps(upstream())
         return ""

@@ -166,7 +166,7 @@ def test_path_of_an_unknown_image_fails_naming_the_list() -> None:
 
 def test_an_image_whose_binary_is_not_built_has_no_path(tmp_path: Path) -> None:
     """`path` (and so `list`) of a go image waits for its binary; build says why it skips."""
-    result = images_sh("path", "registry.k8s.io/sig-storage/csi-attacher:v4.12.0", cache=tmp_path)
+    result = images_sh("path", "registry.k8s.io/sig-storage/csi-attacher:v4.13.1", cache=tmp_path)
     if result.returncode == 0:
         pytest.skip("csi-attacher is built on this machine")
     assert "build.sh" in result.stderr

@@ -55,12 +55,12 @@ def test_guide_loads_the_image_as_an_archive() -> None:
 
 def test_guide_installs_snapshot_crds_and_controller() -> None:
     guide = GUIDE.read_text()
-    assert "client/config/crd?ref=v8.6.0" in guide
+    assert "client/config/crd?ref=v8.7.0" in guide
     assert "kube-system kustomize" in guide
-    assert "deploy/kubernetes/snapshot-controller?ref=v8.6.0" in guide
+    assert "deploy/kubernetes/snapshot-controller?ref=v8.7.0" in guide
     # The pinned release is the chart's snapshotter tag.
     values = chart_tool.render().values
-    assert values["sidecars"]["snapshotter"]["image"]["tag"] == "v8.6.0"
+    assert values["sidecars"]["snapshotter"]["image"]["tag"] == "v8.7.0"
 
 
 def test_guide_warns_about_cgroup_v1() -> None:

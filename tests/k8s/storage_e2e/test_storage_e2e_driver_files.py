@@ -3,7 +3,7 @@
 Upstream: k8s.io/kubernetes v1.35.4 test/e2e/storage/testsuites/volume_expand.go and
 ephemeral.go (online expansion runs with the default fs only), topology.go (its
 AllowedTopologies spec runs with Immediate and WaitForFirstConsumer binding), and
-external-provisioner v6.3.0 pkg/controller/controller.go (checkNode: a node-deployed provisioner
+external-provisioner v6.4.1 pkg/controller/controller.go (checkNode: a node-deployed provisioner
 takes an Immediate claim only with --node-deployment-immediate-binding=true)."""
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ def test_the_snapshot_controller_deployment_is_written_once() -> None:
     assert len(rendered) == 1
     for change in (
         '"/spec/replicas", "value": 1',
-        "snapshot-controller:v8.6.0",
+        "snapshot-controller:v8.7.0",
         'imagePullPolicy", "value": "IfNotPresent"',
         "--feature-gates=CSIVolumeGroupSnapshot=true",
     ):

@@ -32,17 +32,31 @@ go_key() {
 }
 
 # go_origin BINARY: "MODULE@VERSION PACKAGE GOVERSION" read from the binary's build information
-# (the main package's module: a dependency of build.sh's own go.mod, or the main module).
+# (the main package's module: a dependency of build.sh's own go.mod, or the main module). A
+# program the project writes in a component's own module (csi-hostpath.local/COMPONENT-build, a
+# client over the pinned module's library) is of the pinned module it is built over: the dependency
+# named COMPONENT, so its image's tag is checked against that module's version like the others'.
 go_origin() {
   local go
   go=$(command -v go || echo /usr/local/go/bin/go)
   "$go" version -m "$1" 2>/dev/null | awk '
     NR == 1 { gover = $2 }
     $1 == "path" { pkg = $2 }
+    $1 == "mod" { main = $2 }
     ($1 == "mod" || $1 == "dep") && $3 != "(devel)" { mod[$2] = $3 }
     END {
       best = ""
       for (m in mod) if ((pkg == m || index(pkg, m "/") == 1) && length(m) > length(best)) best = m
+      if (best == "" && index(main, "csi-hostpath.local/") == 1) {
+        comp = main
+        sub(/^csi-hostpath\.local\//, "", comp)
+        sub(/-build$/, "", comp)
+        for (m in mod) {
+          base = m
+          sub(/\/v[0-9]+$/, "", base)
+          if (substr(base, length(base) - length(comp)) == "/" comp) best = m
+        }
+      }
       if (best != "") print best "@" mod[best], pkg, gover
     }'
 }

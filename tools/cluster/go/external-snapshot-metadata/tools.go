@@ -6,5 +6,4 @@ package tools
 
 import (
 	_ "github.com/kubernetes-csi/external-snapshot-metadata/cmd/csi-snapshot-metadata"
-	_ "github.com/kubernetes-csi/external-snapshot-metadata/examples/snapshot-metadata-lister"
 )
