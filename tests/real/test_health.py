@@ -151,6 +151,10 @@ def test_ext4_errors_are_data_loss_until_fsck(workdir: Path) -> None:
             h.release(client, vol.volume_id, staging, target)
             pytest.skip("this kernel's ext4 has no trigger_fs_error")
         trigger.write_text("a test of the driver's health report\n")
+        # The kernel writes the error into the superblock's count from a work item, which a busy
+        # machine runs late: wait for the kernel's own record, then ask the driver at once.
+        count = trigger.with_name("errors_count")
+        _eventually(lambda: int(count.read_text()) > 0)
         lost = (Status.DATA_LOSS, "FilesystemErrors")
         assert lost in _health(client, vol.volume_id, target)
         assert "I/O error" in _condition(client, vol.volume_id, target).message
