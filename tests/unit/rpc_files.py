@@ -80,7 +80,7 @@ LEFT_OUT_PATTERNS: dict[str, str] = {
 
 
 def served_rpcs() -> dict[str, CodeType]:
-    """Every RPC the driver serves, with the code of its servicer's own method (under @rpc)."""
+    """Every RPC the driver serves, with the code of its servicer's own method."""
     served: dict[str, CodeType] = {}
     for cls in SERVICERS:
         for name, value in vars(cls).items():
