@@ -10,10 +10,9 @@ from google.protobuf import timestamp_pb2
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.api import convert
-from csi_hostpath.api.copy_pool import CopyPool
-from csi_hostpath.api.status import rpc
+from csi_hostpath.api.runtime.copy_pool import CopyPool
 from csi_hostpath.core.model import Snapshot
-from csi_hostpath.service.controller.group_snapshots import GroupSnapshots
+from csi_hostpath.service.controller import ControllerService
 from csi_hostpath.store.groups import GroupRecord
 
 GroupCap = pb.GroupControllerServiceCapability
@@ -31,13 +30,13 @@ def group_to_pb(record: GroupRecord, members: list[Snapshot]) -> pb.VolumeGroupS
 
 
 class GroupControllerServicer(pb_grpc.GroupControllerServicer):
-    def __init__(self, groups: GroupSnapshots, copies: CopyPool) -> None:
-        self.groups = groups
-        # The group's freeze and its cuts run as one job on the copy pool (api/copy_pool.py):
-        # in one thread, so each member's cut finds the freeze the group holds.
+    def __init__(self, service: ControllerService, copies: CopyPool) -> None:
+        self.service = service  # its group snapshots, made of its snapshots under its freeze
+        # The group's freeze and its cuts run as one job on the copy pool
+        # (api/runtime/copy_pool.py): in one thread, so each member's cut finds the freeze the
+        # group holds.
         self.copies = copies
 
-    @rpc
     def GroupControllerGetCapabilities(
         self, request: pb.GroupControllerGetCapabilitiesRequest, context: grpc.ServicerContext
     ) -> pb.GroupControllerGetCapabilitiesResponse:
@@ -46,7 +45,6 @@ class GroupControllerServicer(pb_grpc.GroupControllerServicer):
             capabilities=[GroupCap(rpc=GroupCap.RPC(type=rpc_type))]
         )
 
-    @rpc
     def CreateVolumeGroupSnapshot(
         self, request: pb.CreateVolumeGroupSnapshotRequest, context: grpc.ServicerContext
     ) -> pb.CreateVolumeGroupSnapshotResponse:
@@ -54,22 +52,22 @@ class GroupControllerServicer(pb_grpc.GroupControllerServicer):
         record = self.copies.run(
             key,
             f"CreateVolumeGroupSnapshot {request.name!r}",
-            lambda: self.groups.create(request.name, list(request.source_volume_ids)),
+            lambda: self.service.groups.create(request.name, list(request.source_volume_ids)),
             context.time_remaining(),
         )
-        _, members = self.groups.get(record.group_id, [])
+        _, members = self.service.groups.get(record.group_id, [])
         return pb.CreateVolumeGroupSnapshotResponse(group_snapshot=group_to_pb(record, members))
 
-    @rpc
     def GetVolumeGroupSnapshot(
         self, request: pb.GetVolumeGroupSnapshotRequest, context: grpc.ServicerContext
     ) -> pb.GetVolumeGroupSnapshotResponse:
-        record, members = self.groups.get(request.group_snapshot_id, list(request.snapshot_ids))
+        record, members = self.service.groups.get(
+            request.group_snapshot_id, list(request.snapshot_ids)
+        )
         return pb.GetVolumeGroupSnapshotResponse(group_snapshot=group_to_pb(record, members))
 
-    @rpc
     def DeleteVolumeGroupSnapshot(
         self, request: pb.DeleteVolumeGroupSnapshotRequest, context: grpc.ServicerContext
     ) -> pb.DeleteVolumeGroupSnapshotResponse:
-        self.groups.delete(request.group_snapshot_id, list(request.snapshot_ids))
+        self.service.groups.delete(request.group_snapshot_id, list(request.snapshot_ids))
         return pb.DeleteVolumeGroupSnapshotResponse()

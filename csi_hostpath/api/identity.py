@@ -9,7 +9,6 @@ from csi_hostpath import __version__
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.api._log import log
-from csi_hostpath.api.status import rpc
 from csi_hostpath.daemon.config import Config, PoolScope
 from csi_hostpath.service.readiness import Readiness
 
@@ -22,13 +21,11 @@ class IdentityServicer(pb_grpc.IdentityServicer):
         self.readiness = readiness  # the store's, the pool's and the node's machine checks
         self.started = started  # set once the server, reconcile and background loops run
 
-    @rpc
     def GetPluginInfo(
         self, request: pb.GetPluginInfoRequest, context: grpc.ServicerContext
     ) -> pb.GetPluginInfoResponse:
         return pb.GetPluginInfoResponse(name=self.config.driver_name, vendor_version=__version__)
 
-    @rpc
     def GetPluginCapabilities(
         self, request: pb.GetPluginCapabilitiesRequest, context: grpc.ServicerContext
     ) -> pb.GetPluginCapabilitiesResponse:
@@ -48,7 +45,6 @@ class IdentityServicer(pb_grpc.IdentityServicer):
         caps.append(Cap(volume_expansion=Cap.VolumeExpansion(type=Cap.VolumeExpansion.ONLINE)))
         return pb.GetPluginCapabilitiesResponse(capabilities=caps)
 
-    @rpc
     def Probe(self, request: pb.ProbeRequest, context: grpc.ServicerContext) -> pb.ProbeResponse:
         # ready=false, never an error: csi-lib-utils' ProbeForever (used by every sidecar at
         # start) waits on ready=false but exits on any code other than DEADLINE_EXCEEDED, so an

@@ -8,7 +8,6 @@ import grpc
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
-from csi_hostpath.api.status import stream_rpc
 from csi_hostpath.service.controller.changed_blocks import Metadata, SnapshotMetadataService
 
 VARIABLE = pb.BlockMetadataType.VARIABLE_LENGTH
@@ -32,7 +31,6 @@ class SnapshotMetadataServicer(pb_grpc.SnapshotMetadataServicer):
         if not sent:
             yield []
 
-    @stream_rpc
     def GetMetadataAllocated(
         self, request: pb.GetMetadataAllocatedRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.GetMetadataAllocatedResponse]:
@@ -46,7 +44,6 @@ class SnapshotMetadataServicer(pb_grpc.SnapshotMetadataServicer):
                 block_metadata=_blocks(page),
             )
 
-    @stream_rpc
     def GetMetadataDelta(
         self, request: pb.GetMetadataDeltaRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.GetMetadataDeltaResponse]:

@@ -1,16 +1,14 @@
-"""The one table from domain errors to gRPC status codes, and the edge that applies it (after
-checking the request's REQUIRED fields, api/required.py, and its size limits and text rules,
-api/limits.py)."""
+"""The one table from domain errors to gRPC status codes, and the answer a failed call gets from
+it. The pipeline every call goes through (api/runtime/pipeline.py) applies it; it stays beside
+the servicers because it is their translation too: a domain error in, a CSI code and message
+out."""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from typing import Any, NoReturn, TypeVar
+from typing import NoReturn
 
 import grpc
 
-from csi_hostpath.api import limits, required
 from csi_hostpath.api._log import log
 from csi_hostpath.core import errors
 from csi_hostpath.core.fullness import is_disk_full
@@ -79,28 +77,7 @@ def status_of(exc: Exception) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def rpc(method: F) -> F:
-    """Turn raised errors into a status via context.abort; never an empty reply with a code."""
-
-    @functools.wraps(method)
-    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
-        try:
-            required.check(request)
-            limits.check(request)
-            return method(self, request, context)
-        except Exception as exc:  # the edge: everything becomes a status
-            if context.code() is not None:  # already aborted deliberately; let it through
-                raise
-            _abort(context, method.__name__, exc)
-        raise AssertionError("unreachable: context.abort raises")
-
-    return wrapper  # type: ignore[return-value]
-
-
-def _abort(context: grpc.ServicerContext, name: str, exc: Exception) -> NoReturn:
+def abort(context: grpc.ServicerContext, name: str, exc: Exception) -> NoReturn:
     code = status_of(exc)
     if code == grpc.StatusCode.INTERNAL:
         if isinstance(exc, CommandError):
@@ -119,21 +96,3 @@ def _abort(context: grpc.ServicerContext, name: str, exc: Exception) -> NoReturn
         message = str(exc)
     context.abort(code, message[:4000])
     raise AssertionError("unreachable: context.abort raises")
-
-
-def stream_rpc(method: F) -> F:
-    """`rpc` for a server-streaming method (a generator): an error raised before or between
-    messages ends the stream with its status, never with a silent end of stream."""
-
-    @functools.wraps(method)
-    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
-        try:
-            required.check(request)
-            limits.check(request)
-            yield from method(self, request, context)
-        except Exception as exc:  # the edge: everything becomes a status
-            if context.code() is not None:
-                raise
-            _abort(context, method.__name__, exc)
-
-    return wrapper  # type: ignore[return-value]

@@ -12,15 +12,15 @@ from typing import IO, Any
 from grpc_health.v1 import health_pb2
 
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
-from csi_hostpath.api.aio_server import AioServer, Health
 from csi_hostpath.api.controller import ControllerServicer
-from csi_hostpath.api.copy_pool import CopyPool
 from csi_hostpath.api.group_controller import GroupControllerServicer
 from csi_hostpath.api.identity import IdentityServicer
-from csi_hostpath.api.liveness import Lanes
 from csi_hostpath.api.node import NodeServicer
-from csi_hostpath.api.rpc_log import RpcLog
-from csi_hostpath.api.self_publish import SelfPublish
+from csi_hostpath.api.runtime.aio_server import AioServer, Health
+from csi_hostpath.api.runtime.copy_pool import CopyPool
+from csi_hostpath.api.runtime.lanes import Lanes
+from csi_hostpath.api.runtime.pipeline import Pipeline
+from csi_hostpath.api.runtime.rpc_log import RpcLog
 from csi_hostpath.api.snapshot_metadata import SnapshotMetadataServicer
 from csi_hostpath.daemon.config import Config
 from csi_hostpath.daemon.endpoint import claim_endpoint
@@ -29,7 +29,6 @@ from csi_hostpath.daemon.stop_signals import stop_on_signals
 from csi_hostpath.service.controller import ControllerService, PublishLedger
 from csi_hostpath.service.controller.changed_blocks import SnapshotMetadataService
 from csi_hostpath.service.controller.controller_context import ControllerContext
-from csi_hostpath.service.controller.group_snapshots import GroupSnapshots
 from csi_hostpath.service.controller.modify import ModifyService
 from csi_hostpath.service.controller.pool_truth import open_pool
 from csi_hostpath.service.controller.reentrant_freeze import ReentrantFreeze
@@ -38,10 +37,10 @@ from csi_hostpath.service.ledger_view import ledger_view
 from csi_hostpath.service.metrics import Metrics, build_metrics
 from csi_hostpath.service.node import NodeService
 from csi_hostpath.service.node.node_context import NodeContext
+from csi_hostpath.service.node.self_publish import SelfPublish
 from csi_hostpath.service.readiness import Readiness
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.freeze_channel import FreezeChannel
-from csi_hostpath.store.groups import GroupRecords
 from csi_hostpath.store.headroom import Headroom
 from csi_hostpath.store.open_state import open_store
 from csi_hostpath.store.pool_layout import PoolLayout
@@ -205,9 +204,12 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
 
         metrics = build_metrics(config, store, layout, system)
         started = threading.Event()
-        server = AioServer(Lanes(config.workers), RpcLog(metrics.observe))
+        # Every call's pipeline: its mount lookups share a read of this system's mount table, and
+        # a teardown that finds the disk full is given the headroom back and run once more.
+        pipeline = Pipeline(system, headroom)
+        server = AioServer(Lanes(config.workers), RpcLog(metrics.observe), pipeline)
         copies = CopyPool(config.workers)  # snapshot and clone copies, apart from the RPC workers
-        _add_servicers(server, config, parts, node, copies, headroom)
+        _add_servicers(server, config, parts, node, copies)
         # The node's system layer for its machine checks; Readiness ignores it in a
         # controller-only process.
         readiness = Readiness(config, db_path, system)
@@ -252,29 +254,30 @@ def _add_servicers(
     parts: ControllerParts | None,
     node: NodeService | None,
     copies: CopyPool,
-    headroom: Headroom,
 ) -> None:
     """The Controller, GroupController and SnapshotMetadata services where this process is a
     controller, the Node service where it is a node."""
     if parts is not None:
         modify = ModifyService(parts.ctx)
-        groups = GroupSnapshots(GroupRecords(config.pool_dir), parts.service, parts.freeze)
         server.add_servicer(
             pb_grpc.add_ControllerServicer_to_server,
-            ControllerServicer(parts.service, parts.ledger, modify, groups, copies, headroom),
+            ControllerServicer(parts.service, parts.ledger, modify, copies),
         )
         server.add_servicer(
-            pb_grpc.add_GroupControllerServicer_to_server, GroupControllerServicer(groups, copies)
+            pb_grpc.add_GroupControllerServicer_to_server,
+            GroupControllerServicer(parts.service, copies),
         )
         server.add_servicer(
             pb_grpc.add_SnapshotMetadataServicer_to_server,
             SnapshotMetadataServicer(SnapshotMetadataService(parts.ctx)),
         )
     if node is not None:
-        own = None
+        # With --self-publish (no attach), NodeStage and NodeUnstage take and give back the
+        # node's own publication in the controller's ledger, in this same process.
+        stages = None
         if parts is not None and config.self_publish:
-            own = SelfPublish(parts.ledger, config.node_id)
-        server.add_servicer(pb_grpc.add_NodeServicer_to_server, NodeServicer(node, own, headroom))
+            stages = SelfPublish(node, parts.ledger, config.node_id)
+        server.add_servicer(pb_grpc.add_NodeServicer_to_server, NodeServicer(node, stages))
 
 
 def _bind(server: AioServer, socket_path: Path) -> None:

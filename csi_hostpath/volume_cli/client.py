@@ -13,7 +13,7 @@ import grpc
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
-from csi_hostpath.api.copy_pool import STILL_COPYING
+from csi_hostpath.api.runtime.copy_pool import STILL_COPYING
 from csi_hostpath.volume_cli.cli_errors import CliError, from_rpc
 from csi_hostpath.volume_cli.exit_codes import FAILED, NO_DRIVER
 
@@ -113,7 +113,8 @@ class Driver:
                 return future.result()
             except grpc.RpcError as e:
                 # The driver stops waiting for a long copy and answers ABORTED while it goes
-                # on (api/copy_pool.py); the same request waits on the same copy, as a CO does.
+                # on (api/runtime/copy_pool.py); the same request waits on the same copy, as a
+                # CO does.
                 copying = STILL_COPYING in (e.details() or "")
                 if copying and time.monotonic() - start < CALL_TIMEOUT:
                     continue

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from csi_hostpath._pb import csi_pb2 as pb
-from csi_hostpath.api.copy_pool import CopyPool
 from csi_hostpath.api.identity import IdentityServicer
+from csi_hostpath.api.runtime.copy_pool import CopyPool
 from csi_hostpath.cli import build_parser, config_from_args
 from csi_hostpath.daemon.config import Config
 from csi_hostpath.service.readiness import Readiness
@@ -51,8 +51,8 @@ def test_probe_is_ready_false_until_the_driver_has_started(
 
 
 def test_copies_never_take_every_rpc_worker_under_the_charts_flags(rendered: Rendered) -> None:
-    """api/copy_pool.py: copies run on their own pool, and the RPC workers that wait for them are
-    bounded, so ControllerPublish and the other calls always find a worker
+    """api/runtime/copy_pool.py: copies run on their own pool, and the RPC workers that wait for
+    them are bounded, so ControllerPublish and the other calls always find a worker
     (tests/real/test_copy_pool_real.py: six held copies on a 4-worker server)."""
     for spec in (controller_pod(rendered), node_pod(rendered)):
         workers = driver_config(spec).workers

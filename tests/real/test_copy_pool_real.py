@@ -1,7 +1,8 @@
 """Long copies never starve the other RPCs, on a real driver with held copies.
 
-Long copies never starve the other RPCs (api/copy_pool.py), on a real driver (a real gRPC server
-on a temporary socket, real sparse files) whose copies are held until the test releases them.
+Long copies never starve the other RPCs (api/runtime/copy_pool.py), on a real driver (a real
+gRPC server on a temporary socket, real sparse files) whose copies are held until the test
+releases them.
 
 More snapshots than the driver has RPC workers copy at once; meanwhile Probe, ControllerPublish
 and CreateVolume still answer, and every snapshot is made once the copies are released, by

@@ -135,7 +135,7 @@ def test_stalled_probe_calls_on_many_connections_are_cancelled(spawn: Any) -> No
     each is cancelled (reset) once its body is 5 s late, and Probe answers meanwhile."""
     _, client = spawn("d")
     assert client is not None
-    from csi_hostpath.api.liveness import LIVENESS_WORKERS
+    from csi_hostpath.api.runtime.lanes import LIVENESS_WORKERS
 
     connections, calls = 3, 16
     assert connections * calls > LIVENESS_WORKERS

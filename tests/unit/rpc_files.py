@@ -1,10 +1,11 @@
 """Which of the driver's files one RPC passes through, measured with sys.settrace.
 
 A call is traced from its servicer's method (api/*.py) to its return, in the thread that runs it,
-and in the copy pool's threads (api/copy_pool.py), to which CreateSnapshot, CreateVolume from a
-source and CreateVolumeGroupSnapshot hand their work. The gRPC plumbing around the method (the
-adapter, the body deadline, the call's log line, api/status.py's @rpc wrapper with its check of
-the required fields) is not the call's way and is not traced; nor are the background loops.
+and in the copy pool's threads (api/runtime/copy_pool.py), to which CreateSnapshot, CreateVolume
+from a source and CreateVolumeGroupSnapshot hand their work. The gRPC runtime around the method
+(api/runtime/: the adapter, the body deadline, the call's log line, and the call pipeline with
+its checks of the request, its mount-lookup scope, its disk-full retry and its error mapping) is
+not the call's way and is not traced; nor are the background loops.
 
 The fake system layer (system/fake/) stands in for the kernel's face on Linux: each fake class
 is counted as the Linux class it stands in for (and system/base.py's nothing_missing, the fake's
@@ -45,7 +46,7 @@ SERVICERS = (
     GroupControllerServicer,
     SnapshotMetadataServicer,
 )
-# api/copy_pool.py names its threads so: the copies a servicer hands on run there.
+# api/runtime/copy_pool.py names its threads so: the copies a servicer hands on run there.
 COPY_THREAD_PREFIX = "copy"
 
 # Each fake class, by name, and the Linux class it stands in for (System's same field).
@@ -70,7 +71,7 @@ LEFT_OUT: dict[str, str] = {
     "system/system_errors.py": "error classes",
     "core/model.py": "data types",
     "system/base.py": "data types (LoopDevice, MountEntry, FsStats) and the layer's protocols",
-    "api/status.py": "the error table and the @rpc wrapper around every servicer method",
+    "api/status.py": "the error table the call pipeline applies",
 }
 LEFT_OUT_PATTERNS: dict[str, str] = {
     r"(^|/)_log\.py$": "the logger",
@@ -79,7 +80,7 @@ LEFT_OUT_PATTERNS: dict[str, str] = {
 
 
 def served_rpcs() -> dict[str, CodeType]:
-    """Every RPC the driver serves, with the code of its servicer's own method (under @rpc)."""
+    """Every RPC the driver serves, with the code of its servicer's own method."""
     served: dict[str, CodeType] = {}
     for cls in SERVICERS:
         for name, value in vars(cls).items():

@@ -1,8 +1,8 @@
-"""api/copy_pool.py without a server: one job per key, ABORTED instead of a long wait.
+"""api/runtime/copy_pool.py without a server: one job per key, ABORTED instead of a long wait.
 
-api/copy_pool.py without a server: one job per key, ABORTED (Busy) instead of a long wait, the
-retry collects the same job's result, an identical call while one waits is ABORTED at once, errors
-reach the caller, finished jobs are forgotten."""
+api/runtime/copy_pool.py without a server: one job per key, ABORTED (Busy) instead of a long
+wait, the retry collects the same job's result, an identical call while one waits is ABORTED at
+once, errors reach the caller, finished jobs are forgotten."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from csi_hostpath.api.copy_pool import STILL_COPYING, CopyPool
+from csi_hostpath.api.runtime.copy_pool import STILL_COPYING, CopyPool
 from csi_hostpath.core.errors import Busy, VolumeNotFound
 
 

@@ -26,7 +26,7 @@ def _fence_one(driver: Driver, client: Client, tmp_path: Path) -> str:
     driver.store.force_detach(vol.volume_id, "node-a", lambda _p: None, "operator", "test")
     assert driver.ledger is not None and driver.node is not None
     driver.ledger.reconcile()  # rewrites the lease the node reads
-    assert driver.node.fence_revoked() == [vol.volume_id]
+    assert driver.node.agent.fence_revoked() == [vol.volume_id]
     return str(vol.volume_id)
 
 

@@ -1,12 +1,11 @@
-"""The per-RPC scope of shared mount lookups is opened where a reader of the servicer sees it.
+"""Each stage and publish looks its mounts up inside the per-RPC scope of shared lookups.
 
-The per-RPC scope in which mount lookups share one read of the mount table is opened where a
-reader of the servicer sees it, `with self.shared_lookups():` in each RPC's body, not behind the
-@rpc decorator; and each stage and publish still looks its mounts up inside it."""
+The scope in which an RPC's mount lookups share one read of the mount table is opened by the
+call pipeline (api/runtime/pipeline.py) around every servicer method, on the server a test
+talks to; that no servicer body opens it by hand is tests/unit/test_pipeline_rules.py's."""
 
 from __future__ import annotations
 
-import ast
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,43 +19,6 @@ from csi_hostpath.system.fake import fake_system
 from csi_hostpath.system.pinned import Pinned
 from tests import helpers as h
 from tests.conftest import Client, driver_args
-
-API = Path(__file__).resolve().parents[2] / "csi_hostpath" / "api"
-# These answer from constants: they look nothing up.
-NO_LOOKUPS = frozenset({"NodeGetCapabilities", "ControllerGetCapabilities"})
-
-
-def _rpc_methods(path: Path) -> Iterator[ast.FunctionDef]:
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.FunctionDef) and any(
-            isinstance(d, ast.Name) and d.id == "rpc" for d in node.decorator_list
-        ):
-            yield node
-
-
-def _opens_the_scope(statement: ast.stmt) -> bool:
-    return isinstance(statement, ast.With) and any(
-        ast.unparse(item.context_expr) == "self.shared_lookups()" for item in statement.items
-    )
-
-
-@pytest.mark.parametrize("servicer", ["node.py", "controller.py"])
-def test_each_rpc_opens_the_scope_in_its_own_body(servicer: str) -> None:
-    methods = list(_rpc_methods(API / servicer))
-    assert methods
-    hidden = [
-        m.name for m in methods if m.name not in NO_LOOKUPS and not _opens_the_scope(m.body[0])
-    ]
-    assert hidden == []
-
-
-def test_the_rpc_decorator_opens_no_scope() -> None:
-    rpc = next(
-        node
-        for node in ast.walk(ast.parse((API / "status.py").read_text()))
-        if isinstance(node, ast.FunctionDef) and node.name == "rpc"
-    )
-    assert not [node for node in ast.walk(rpc) if isinstance(node, ast.With)]
 
 
 def test_stage_and_publish_look_mounts_up_inside_the_scope(

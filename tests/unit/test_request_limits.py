@@ -1,4 +1,4 @@
-"""CSI's size limits and the text rules at the api edge (api/limits.py, core/request_text.py).
+"""CSI's size limits and the text rules in the call pipeline (api/runtime/limits.py).
 
 spec.md "Size Limits": 128 bytes a string field, 4 KiB a map. Beyond them, and for a control
 character in a name, an ID or a parameter, the answer is INVALID_ARGUMENT before anything is
@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
-from csi_hostpath.api import limits
+from csi_hostpath.api.runtime import limits
 from csi_hostpath.client import csi_requests as rq
 from csi_hostpath.core.errors import InvalidRequest
 from csi_hostpath.core.request_text import MAX_PATH_BYTES, shown

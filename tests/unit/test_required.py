@@ -1,6 +1,6 @@
-"""api/required.py, the one table of CSI's REQUIRED request fields.
+"""api/runtime/required.py, the one table of CSI's REQUIRED request fields.
 
-api/required.py, the one owner of CSI's REQUIRED request fields: the table names real fields
+api/runtime/required.py, the one owner of CSI's REQUIRED request fields: the table names real fields
 of real CSI requests, and each missing field is reported by name as an InvalidRequest (which
 api/status.py maps to INVALID_ARGUMENT). tests/unit/test_rpc_required_fields.py checks the same
 over gRPC."""
@@ -12,7 +12,7 @@ from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 
 from csi_hostpath._pb import csi_pb2 as pb
-from csi_hostpath.api.required import REQUIRED, check
+from csi_hostpath.api.runtime.required import REQUIRED, check
 from csi_hostpath.core.errors import InvalidRequest
 
 REQUESTS = {

@@ -165,8 +165,8 @@ def _always(request: Any) -> Callable[[Path], Any]:
     return lambda _workdir: request
 
 
-# The other RPCs with REQUIRED fields, one request each with the field left out (api/required.py
-# owns the rule): (RPC, stub, the field, the request).
+# The other RPCs with REQUIRED fields, one request each with the field left out
+# (api/runtime/required.py owns the rule): (RPC, stub, the field, the request).
 MISSING += [
     (f"{rpc}: {field} is REQUIRED", f"{stub}.{rpc}", _always(request))
     for rpc, stub, field, request in (

@@ -1,7 +1,7 @@
 """--self-publish on the fake layer: NodeStage takes the node's own hold, NodeUnstage returns it.
 
 --self-publish: with no attach (the chart's local shape, CSIDriver attachRequired: false),
-NodeStage takes the node's own hold and NodeUnstage returns it (api/self_publish.py)."""
+NodeStage takes the node's own hold and NodeUnstage returns it (service/node/self_publish.py)."""
 
 from __future__ import annotations
 

@@ -111,11 +111,10 @@ class GroupSnapshots:
         self.records.remove(group_id)
         log.info("deleted group snapshot %s and its %d members", group_id, len(record.members))
 
-    def group_of(self, snapshot_id: str) -> str:
-        return self.records.group_of(snapshot_id)
-
-    def member_index(self) -> dict[str, str]:
-        return self.records.member_index()
+    def group_ids(self, snapshot_ids: Sequence[str]) -> list[str]:
+        """The group each snapshot belongs to ('' for none), from one read of the groups."""
+        index = self.records.member_index()
+        return [index.get(snapshot_id, "") for snapshot_id in snapshot_ids]
 
     def delete_snapshot(self, snapshot_id: str) -> None:
         """DeleteSnapshot: a group's member goes only with its group."""
@@ -123,7 +122,7 @@ class GroupSnapshots:
         self.snapshots.delete_snapshot(snapshot_id)
 
     def _refuse_member_delete(self, snapshot_id: str) -> None:
-        group_id = self.group_of(snapshot_id)
+        group_id = self.records.group_of(snapshot_id)
         if group_id:
             raise InvalidRequest(
                 f"snapshot {snapshot_id} is part of group snapshot {group_id} and can't be deleted "

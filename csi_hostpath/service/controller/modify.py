@@ -1,4 +1,5 @@
-"""ControllerModifyVolume and CreateVolume's mutable_parameters: validate, merge, record.
+"""ControllerModifyVolume: validate, merge, record (CreateVolume's mutable_parameters are
+recorded by ControllerService.create_volume, and removed by its delete_volume).
 
 The controller only records what a VolumeAttributesClass asks for; the node that stages the
 volume applies it (service/node/tuning.py), at stage time and on its fence pass after a change."""
@@ -20,11 +21,6 @@ class ModifyService:
         self.store = ctx.store
         self.records = MutableRecords(ctx.layout.root)  # in the pool, where the node reads them
 
-    @staticmethod
-    def check(parameters: Mapping[str, str]) -> Tuning:
-        """Refuse unknown keys and bad values before anything is created."""
-        return parse_mutable(parameters)
-
     def modify(self, volume_id: str, parameters: Mapping[str, str]) -> Tuning:
         change = parse_mutable(parameters)
         if not is_volume_id(volume_id) or self.store.get_volume(volume_id) is None:
@@ -33,10 +29,3 @@ class ModifyService:
         self.records.write(volume_id, merged)
         log.info("volume %s: mutable parameters now %s", volume_id, merged.as_parameters())
         return merged
-
-    def created(self, volume_id: str, tuning: Tuning) -> None:
-        if tuning != Tuning():
-            self.records.write(volume_id, tuning)
-
-    def deleted(self, volume_id: str) -> None:
-        self.records.remove(volume_id)

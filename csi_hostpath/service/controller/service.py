@@ -1,8 +1,9 @@
 """Controller use-cases: volumes in the pool.
 
 Order of operations (so that a crash at any line heals on a retry or on restart):
-create: decide → create the sparse file (idempotent) → commit the row.
-delete: refuse while published → remove the file → delete the row.
+create: decide → create the sparse file (idempotent) → commit the row → record the mutable
+parameters.
+delete: refuse while published → remove the file → delete the row → remove the mutable record.
 publish and unpublish: publish_ledger.py (PublishLedger), which the servicer calls directly; it is
 made from the same ControllerContext, whose in-flight guard it shares with delete.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,11 +29,13 @@ from csi_hostpath.core.errors import (
     VolumeNotFound,
 )
 from csi_hostpath.core.model import Capability, ContentSource, Snapshot, Volume
+from csi_hostpath.core.mutable import Tuning
 from csi_hostpath.core.naming import is_snapshot_id, is_volume_id, new_volume_id
 from csi_hostpath.core.quantity import describe_bytes
 from csi_hostpath.daemon.config import PoolScope
 from csi_hostpath.service.controller._log import log
 from csi_hostpath.service.controller.controller_context import ControllerContext
+from csi_hostpath.service.controller.group_snapshots import GroupSnapshots
 from csi_hostpath.service.controller.placement import (
     Capacity,
     TopologyRequirement,
@@ -47,6 +50,8 @@ from csi_hostpath.service.controller.snapshots import Snapshots
 from csi_hostpath.service.controller.volume_condition import volume_problems
 from csi_hostpath.service.lost_volumes import loss_of, release_lost
 from csi_hostpath.store.backing import file_identity
+from csi_hostpath.store.groups import GroupRecords
+from csi_hostpath.store.mutable_records import MutableRecords
 from csi_hostpath.system.base import NoSpace
 
 
@@ -79,13 +84,13 @@ class ControllerService:
         self.freeze = freeze or (lambda volume_id: nullcontext())
         self.capacity = Capacity(ctx)
         self.snapshots = Snapshots(ctx, self.capacity, self.freeze)
+        # Group snapshots are made of this controller's snapshots, under its freeze.
+        self.groups = GroupSnapshots(GroupRecords(ctx.layout.root), self.snapshots, self.freeze)
+        # What a VolumeAttributesClass asks for, in the pool where the node reads it: written
+        # once a volume is created, removed once it is deleted (modify.py changes it).
+        self.tunings = MutableRecords(ctx.layout.root)
 
     # ----- helpers -----
-    def shared_lookups(self) -> AbstractContextManager[None]:
-        """The scope of one RPC's body: where the kernel can't name one mount (no statmount(2)),
-        the mount lookups inside share one read of mountinfo (the system's Mounts)."""
-        return self.system.mounts.shared_lookups()
-
     def _topology(self, volume: Volume) -> list[dict[str, str]]:
         if self.ctx.pool_scope == PoolScope.LOCAL and volume.node_id:
             return [{self.ctx.topology_key: volume.node_id}]
@@ -111,6 +116,25 @@ class ControllerService:
         parameters: Mapping[str, str],
         content_source: ContentSource | None = None,
         topology: TopologyRequirement | None = None,
+        tuning: Tuning | None = None,
+    ) -> CreatedVolume:
+        """The volume made (or found, for a repeat), then its mutable parameters recorded."""
+        created = self._create_volume(
+            name, capabilities, required_bytes, limit_bytes, parameters, content_source, topology
+        )
+        if tuning is not None and tuning != Tuning():
+            self.tunings.write(created.volume.volume_id, tuning)
+        return created
+
+    def _create_volume(
+        self,
+        name: str,
+        capabilities: Sequence[Capability],
+        required_bytes: int,
+        limit_bytes: int,
+        parameters: Mapping[str, str],
+        content_source: ContentSource | None,
+        topology: TopologyRequirement | None,
     ) -> CreatedVolume:
         for cap in capabilities:
             access.check_capability(cap)
@@ -235,6 +259,11 @@ class ControllerService:
         self.system.pool.grow(dest, size)
 
     def delete_volume(self, volume_id: str) -> None:
+        """The volume gone, then its mutable parameters' record."""
+        self._delete_volume(volume_id)
+        self.tunings.remove(volume_id)
+
+    def _delete_volume(self, volume_id: str) -> None:
         if not is_volume_id(volume_id):
             return  # never ours, so already gone
         with self.inflight.hold(volume_id, "DeleteVolume"):
@@ -347,16 +376,3 @@ class ControllerService:
 
     def snapshot_topology(self, snapshot_id: str) -> list[dict[str, str]]:
         return snapshot_topology(self.ctx, snapshot_id)
-
-    def delete_snapshot(self, snapshot_id: str) -> None:
-        self.snapshots.delete_snapshot(snapshot_id)
-
-    def list_snapshots(
-        self, starting_token: str, max_entries: int, snapshot_id: str, source_volume_id: str
-    ) -> tuple[list[Snapshot], str]:
-        return self.snapshots.list_snapshots(
-            starting_token, max_entries, snapshot_id, source_volume_id
-        )
-
-    def get_snapshot(self, snapshot_id: str) -> Snapshot:
-        return self.snapshots.get_snapshot(snapshot_id)

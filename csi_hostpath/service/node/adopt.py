@@ -65,6 +65,8 @@ class Unclaimed:
     def drop(self, volume_id: str) -> None:
         self._entries.pop(volume_id, None)
 
+    # A pure delegation, kept: the entries are this class's own, and a caller reads one entry
+    # (the agent's heartbeat) without being handed the dict that repair and the agent change.
     def get(self, volume_id: str) -> dict[str, Any] | None:
         return self._entries.get(volume_id)
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 
 from csi_hostpath.core import access, ledger_rules
-from csi_hostpath.core.conditions import Problem
 from csi_hostpath.core.context_keys import (
     ACCESS_TYPE_KEY,
     EPHEMERAL_KEY,
@@ -50,7 +49,7 @@ from csi_hostpath.service.node.node_mounts import NodeMounts
 from csi_hostpath.service.node.paths import DriverDirs, check_path, refuse_overlap
 from csi_hostpath.service.node.repair import NodeRepair
 from csi_hostpath.service.node.staging_fs import check_same_stage
-from csi_hostpath.service.node.stats import StagedVolumes, VolumeStats
+from csi_hostpath.service.node.stats import StagedVolumes
 from csi_hostpath.service.node.tuning import NodeTuning
 from csi_hostpath.store.mutable_records import MutableRecords
 
@@ -80,12 +79,6 @@ class NodeService:
         self.paths = DriverDirs({"state directory": ctx.state_dir, "pool directory": ctx.pool_dir})
 
     # ----- the background agent and reconcile, for the server -----
-    def beat(self) -> None:
-        self.agent.beat()
-
-    def fence_revoked(self) -> list[str]:
-        return self.agent.fence_revoked()
-
     def reconcile(self) -> None:
         # First: a filesystem a crash left frozen hangs its pod's writes until it is thawed.
         # Before that thaw, a controller's copy under a freeze of the last incarnation is told
@@ -369,25 +362,7 @@ class NodeService:
             log.info("unpublished %s from %s", volume_id, target_path)
             self.inline.delete_if_unpublished(volume_id, resolved)
 
-    # ----- expansion, stats and health -----
-    def expand(self, volume_id: str, volume_path: str, required_bytes: int) -> int:
-        return self.volumes.expand(volume_id, volume_path, required_bytes)
-
-    def stats(self, volume_id: str, volume_path: str) -> VolumeStats:
-        return self.volumes.stats(volume_id, volume_path)
-
-    def health(self, volume_id: str, publish_path: str, staging_path: str) -> list[Problem]:
-        return self.volumes.health(volume_id, publish_path, staging_path)
-
-    def storage_health(self) -> list[Problem]:
-        return self.volumes.storage_health()
-
-    # ----- NodeGetInfo, and the scope of an RPC -----
+    # ----- NodeGetInfo -----
     def node_info(self) -> NodeInfo:
         limit = volume_limit(self.system.loop, self.node_id, self.ctx.max_volumes_per_node)
         return NodeInfo(self.node_id, limit, dict(self.ctx.topology))
-
-    def shared_lookups(self) -> AbstractContextManager[None]:
-        """The scope of one RPC's body: where the kernel can't name one mount (no statmount(2)),
-        the mount lookups inside share one read of mountinfo (the system's Mounts)."""
-        return self.system.mounts.shared_lookups()

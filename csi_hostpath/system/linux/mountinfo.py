@@ -2,12 +2,13 @@
 path (statx + statmount(2), two syscalls; mountinfo where the kernel can't name a single mount:
 no statmount(2), Linux < 6.8, or no sb_source, < 6.11).
 
-Without statmount, an RPC's lookups share one read of mountinfo: each servicer's RPC body runs in
-`with self.shared_lookups():` (the system's Mounts.shared_lookups(), which opens a scope of the
-LinuxMounts' own SharedLookups below, and find_mount is handed that object). LinuxMounts' lookups
-parse mountinfo once inside it and answer every later one from that parse, until a mount, bind or
-unmount made through LinuxMounts drops it. Outside a scope (reconcile at start, tools) each
-lookup reads mountinfo for itself. With statmount nothing of the scope is used."""
+Without statmount, an RPC's lookups share one read of mountinfo: the call pipeline
+(api/runtime/pipeline.py) runs each RPC inside the system's Mounts.shared_lookups(), which opens
+a scope of the LinuxMounts' own SharedLookups below, and find_mount is handed that object.
+LinuxMounts' lookups parse mountinfo once inside it and answer every later one from that parse,
+until a mount, bind or unmount made through LinuxMounts drops it. Outside a scope (reconcile at
+start, tools) each lookup reads mountinfo for itself. With statmount nothing of the scope is
+used."""
 
 from __future__ import annotations
 

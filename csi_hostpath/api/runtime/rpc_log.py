@@ -2,7 +2,7 @@
 logged: only the named identifier fields below are read from a request.
 
 The duration runs from the moment the request body arrived to the answer, so it includes the time
-the call waited in its executor's queue (api/adapter.py)."""
+the call waited in its executor's queue (api/runtime/adapter.py)."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 A snapshot or a clone copies a whole backing file, which can take minutes. Run on a gRPC worker,
 a few of them at once would hold every worker and starve ControllerPublish, NodeStage and the rest
-(Probe has its own pool, api/liveness.py). So CreateSnapshot, and CreateVolume from a snapshot or
-a volume, hand their work to this pool and wait for it only:
+(Probe has its own pool, api/runtime/lanes.py). So CreateSnapshot, and CreateVolume from a
+snapshot or a volume, hand their work to this pool and wait for it only:
 
 - while a waiting slot is free (a quarter of the RPC workers): the other RPC workers can never
   all be tied up waiting for copies;

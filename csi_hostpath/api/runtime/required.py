@@ -2,9 +2,9 @@
 
 spec.md marks fields REQUIRED on each request message, and each RPC's error table answers a
 missing one with INVALID_ARGUMENT. That presence rule is checked here, once, for every RPC: the
-`rpc` wrapper (api/status.py) calls `check` before the servicer runs, so neither a servicer nor a
-service tests for an empty ID or path again. Services check values only: an ID's form, a path's
-shape, a size, a capability the driver serves.
+call pipeline (api/runtime/pipeline.py) calls `check` before the servicer runs, so neither a
+servicer nor a service tests for an empty ID or path again. Services check values only: an ID's
+form, a path's shape, a size, a capability the driver serves.
 
 A field that is required only sometimes (NodePublishVolume's staging_target_path, needed unless
 the volume is inline) is a rule of the use-case and stays with its service."""

@@ -1,4 +1,5 @@
-"""Where each call's sync work runs: the executors behind the asyncio server (api/aio_server.py).
+"""Where each call's sync work runs: the executors (lanes) behind the asyncio server
+(api/runtime/aio_server.py).
 
 A call waiting for its body, or for a thread, is a coroutine on the event loop and holds no
 thread. Once its request has arrived, its servicer method runs on one of two bounded executors,

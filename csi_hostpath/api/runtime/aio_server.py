@@ -2,8 +2,9 @@
 
 The rest of the driver is sync (the CLI, the background loops, the tests' fixtures), so this
 class gives grpc.aio's server the sync face of grpc.Server that they use: add a servicer,
-add_insecure_port, start, stop. Each servicer is registered through api/adapter.py, which serves
-its sync methods from the executors of api/liveness.py.
+add_insecure_port, start, stop. Each servicer is registered through api/runtime/adapter.py,
+which serves its sync methods, through the call pipeline, from the executors of
+api/runtime/lanes.py.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from typing import Any, TypeVar
 import grpc
 from grpc_health.v1 import health, health_pb2_grpc
 
-from csi_hostpath.api.adapter import Adapter
-from csi_hostpath.api.liveness import Lanes, server_options
-from csi_hostpath.api.rpc_log import RpcLog
+from csi_hostpath.api.runtime.adapter import Adapter
+from csi_hostpath.api.runtime.lanes import Lanes, server_options
+from csi_hostpath.api.runtime.pipeline import Pipeline
+from csi_hostpath.api.runtime.rpc_log import RpcLog
 
 T = TypeVar("T")
 # How long a call from a sync thread into the loop may take before it is given up: the loop
@@ -43,7 +45,7 @@ class _Captured:
 
 
 class AioServer:
-    def __init__(self, lanes: Lanes, rpc_log: RpcLog) -> None:
+    def __init__(self, lanes: Lanes, rpc_log: RpcLog, pipeline: Pipeline) -> None:
         self.lanes = lanes
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -52,7 +54,7 @@ class AioServer:
         self._thread.start()
         self._stopped = False
         self._server: Any = self.call(self._build())
-        self._adapter = Adapter(lanes, rpc_log, self._loop)
+        self._adapter = Adapter(lanes, rpc_log, self._loop, pipeline)
 
     @staticmethod
     async def _build() -> Any:

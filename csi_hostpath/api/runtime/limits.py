@@ -1,7 +1,7 @@
 """CSI's size limits and the driver's text rules, applied to every field of every request.
 
-Beside api/required.py at the edge (the `rpc` wrapper in api/status.py calls both before the
-servicer runs), so no name, ID, parameter or path reaches a service, the store or a log line
+Beside api/runtime/required.py in the call pipeline (api/runtime/pipeline.py calls both before
+the servicer runs), so no name, ID, parameter or path reaches a service, the store or a log line
 unmeasured. The rules themselves are core/request_text.py's; this module only walks the
 message, so a field added to csi.proto is covered without a line here."""
 

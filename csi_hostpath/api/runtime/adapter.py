@@ -1,6 +1,8 @@
 """The sync servicers served by grpc.aio: each method handler becomes a coroutine that reads the
-request under the body deadline, then runs the servicer's own sync method on its executor
-(api/liveness.py) with a context shim (api/sync_context.py), and answers on the event loop.
+request under the body deadline, then runs the servicer's own sync method, through the call
+pipeline (api/runtime/pipeline.py), on its executor (api/runtime/lanes.py) with a context shim
+(api/runtime/sync_context.py), writes the call's log line, and answers on the event loop. This is
+the one place every handler is wrapped.
 
 A call costs a thread only while its method runs. Until then it is a coroutine waiting for its
 body (at most BODY_SECONDS) or for a thread (in the executor's FIFO queue, as long as its client
@@ -23,10 +25,11 @@ from typing import Any
 import grpc
 
 from csi_hostpath.api._log import log
-from csi_hostpath.api.body_deadline import BODY_SECONDS, parse_or_unparsed, read_body
-from csi_hostpath.api.liveness import Lanes
-from csi_hostpath.api.rpc_log import RpcLog
-from csi_hostpath.api.sync_context import Aborted, SyncContext
+from csi_hostpath.api.runtime.body_deadline import BODY_SECONDS, parse_or_unparsed, read_body
+from csi_hostpath.api.runtime.lanes import Lanes
+from csi_hostpath.api.runtime.pipeline import Pipeline
+from csi_hostpath.api.runtime.rpc_log import RpcLog
+from csi_hostpath.api.runtime.sync_context import Aborted, SyncContext
 
 _OK = grpc.StatusCode.OK
 
@@ -67,9 +70,11 @@ class Adapter:
         lanes: Lanes,
         rpc_log: RpcLog,
         loop: asyncio.AbstractEventLoop,
+        pipeline: Pipeline,
         body_seconds: float = BODY_SECONDS,
     ) -> None:
         self._lanes = lanes
+        self._pipeline = pipeline
         self._log = rpc_log
         self._loop = loop
         self._body_seconds = body_seconds
@@ -112,6 +117,7 @@ class Adapter:
             return on_loop
 
         executor = self._lanes.executor_for(method)
+        inner = self._pipeline.unary(method, inner)
 
         async def on_executor(requests: Any, context: Any) -> Any:
             request = await read_body(context, method, self._body_seconds)
@@ -160,6 +166,7 @@ class Adapter:
             return yielded_on_loop
 
         executor = self._lanes.executor_for(method)
+        inner = self._pipeline.stream(method, inner)
 
         async def on_executor(requests: Any, context: Any) -> AsyncIterator[Any]:
             """Each message of the sync generator made on the executor, written from the loop:

@@ -4,8 +4,8 @@ The servicers are written against grpc's sync ServicerContext: `context.abort` r
 `context.code()` then says the call was aborted on purpose (api/status.py). grpc.aio's context
 is not theirs to touch from another thread, and its `abort` is a coroutine. This shim answers
 from what it copied when the call began (metadata, peer, deadline), records abort, codes and
-trailing metadata for the adapter (api/adapter.py) to apply on the event loop afterwards, and
-reaches the loop itself only for what must happen at once (initial metadata).
+trailing metadata for the adapter (api/runtime/adapter.py) to apply on the event loop
+afterwards, and reaches the loop itself only for what must happen at once (initial metadata).
 """
 
 from __future__ import annotations

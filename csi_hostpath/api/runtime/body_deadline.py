@@ -1,7 +1,7 @@
 """A call whose request body never arrives is cancelled after BODY_SECONDS.
 
 grpc dispatches a unary call when its headers arrive; the body may follow, or never come. Each
-unary method is therefore served as stream-unary (api/adapter.py): the coroutine runs on the
+unary method is therefore served as stream-unary (api/runtime/adapter.py): the coroutine runs on the
 headers and reads the one request itself, under a deadline. Waiting costs no thread, only the
 call's own small state, and the deadline bounds how long a stalled client keeps even that.
 """
