@@ -40,17 +40,17 @@ from csi_hostpath.core.model import (
 from csi_hostpath.core.naming import is_volume_id, loop_tag, node_key
 from csi_hostpath.service.node._log import log
 from csi_hostpath.service.node.adopt import Unclaimed
-from csi_hostpath.service.node.agent import NodeAgent
 from csi_hostpath.service.node.freeze import Freezes
 from csi_hostpath.service.node.freeze_server import FreezeServer
+from csi_hostpath.service.node.heartbeat import NodeAgent
 from csi_hostpath.service.node.inline import InlineVolumes
 from csi_hostpath.service.node.limit import NodeInfo, volume_limit
 from csi_hostpath.service.node.node_context import NodeContext
 from csi_hostpath.service.node.node_mounts import NodeMounts
 from csi_hostpath.service.node.paths import DriverDirs, check_path, refuse_overlap
 from csi_hostpath.service.node.repair import NodeRepair
+from csi_hostpath.service.node.staged_volumes import StagedVolumes, VolumeStats
 from csi_hostpath.service.node.staging_fs import check_same_stage
-from csi_hostpath.service.node.stats import StagedVolumes, VolumeStats
 from csi_hostpath.service.node.tuning import NodeTuning
 from csi_hostpath.store.mutable_records import MutableRecords
 

@@ -16,7 +16,7 @@ from csi_hostpath.core.model import AccessType, NodePublication, NodeStaging
 from csi_hostpath.core.naming import loop_tag
 from csi_hostpath.service.node._log import log
 from csi_hostpath.service.node.adopt import Unclaimed, heartbeat_entry
-from csi_hostpath.service.node.devices import DeviceWatch
+from csi_hostpath.service.node.device_watch import DeviceWatch
 from csi_hostpath.service.node.node_context import NodeContext
 from csi_hostpath.service.node.node_mounts import NodeMounts
 
