@@ -1,7 +1,8 @@
 """The controller: ControllerService (service.py) and its parts, which share one
 ControllerContext (controller_context.py): the publish ledger and force-detach
-(publish_ledger.py), snapshots (snapshots.py), placement and capacity (topology.py,
-allocations.py), the pool as the truth (backing_files.py), revocations (revocation.py), volume
+(publish_ledger.py), snapshots (snapshots.py), placement (topology.py), capacity
+(pool_capacity.py, allocations.py), the pool as the truth (backing_files.py), revocations
+(revocation.py), volume
 conditions (volume_condition.py), freezes asked of a node (remote_freeze.py, reentrant_freeze.py),
 ModifyVolume (modify.py), group snapshots and snapshot metadata."""
 

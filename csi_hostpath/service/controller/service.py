@@ -34,10 +34,10 @@ from csi_hostpath.daemon.config import PoolScope
 from csi_hostpath.service.controller._log import log
 from csi_hostpath.service.controller.backing_files import discard, making
 from csi_hostpath.service.controller.controller_context import ControllerContext
+from csi_hostpath.service.controller.pool_capacity import Capacity
 from csi_hostpath.service.controller.reentrant_freeze import Freeze
 from csi_hostpath.service.controller.snapshots import Snapshots
 from csi_hostpath.service.controller.topology import (
-    Capacity,
     TopologyRequirement,
     choose_segment,
     missing_source,
