@@ -27,10 +27,10 @@ from csi_hostpath.daemon.endpoint import claim_endpoint
 from csi_hostpath.daemon.status_http import LedgerView, serve_status
 from csi_hostpath.daemon.stop_signals import stop_on_signals
 from csi_hostpath.service.controller import ControllerService, PublishLedger
-from csi_hostpath.service.controller.backing_files import open_pool
 from csi_hostpath.service.controller.controller_context import ControllerContext
 from csi_hostpath.service.controller.group_snapshots import GroupSnapshots
 from csi_hostpath.service.controller.modify import ModifyService
+from csi_hostpath.service.controller.open_pool import open_pool
 from csi_hostpath.service.controller.reentrant_freeze import ReentrantFreeze
 from csi_hostpath.service.controller.remote_freeze import RemoteFreeze
 from csi_hostpath.service.controller.snapshot_metadata_service import SnapshotMetadataService
