@@ -37,14 +37,14 @@ from csi_hostpath.core.model import (
     NodePublication,
     NodeStaging,
 )
-from csi_hostpath.core.naming import is_volume_id, loop_tag, node_key
+from csi_hostpath.core.naming import is_volume_id, loop_tag, loop_tag_prefix, node_key
+from csi_hostpath.core.volume_limit import NodeInfo, volume_limit
 from csi_hostpath.service.node._log import log
 from csi_hostpath.service.node.adopt import Unclaimed
 from csi_hostpath.service.node.freeze import Freezes
 from csi_hostpath.service.node.freeze_server import FreezeServer
 from csi_hostpath.service.node.heartbeat import NodeAgent
 from csi_hostpath.service.node.inline import InlineVolumes
-from csi_hostpath.service.node.limit import NodeInfo, volume_limit
 from csi_hostpath.service.node.node_context import NodeContext
 from csi_hostpath.service.node.node_mounts import NodeMounts
 from csi_hostpath.service.node.paths import DriverDirs, check_path, refuse_overlap
@@ -386,7 +386,9 @@ class NodeService:
 
     # ----- NodeGetInfo, and the scope of an RPC -----
     def node_info(self) -> NodeInfo:
-        limit = volume_limit(self.system.loop, self.node_id, self.ctx.max_volumes_per_node)
+        census = self.system.loop.census(loop_tag_prefix(self.node_id))
+        limit, counted = volume_limit(census, self.ctx.max_volumes_per_node)
+        log.debug("volume limit %d: %s", limit, counted)
         return NodeInfo(self.node_id, limit, dict(self.ctx.topology))
 
     def shared_lookups(self) -> AbstractContextManager[None]:
