@@ -39,11 +39,10 @@ from csi_hostpath.service.metrics import Metrics, build_metrics
 from csi_hostpath.service.node import NodeService
 from csi_hostpath.service.node.node_context import NodeContext
 from csi_hostpath.service.readiness import Readiness
-from csi_hostpath.store.db import Store
+from csi_hostpath.store.db import Store, open_store
 from csi_hostpath.store.freeze_channel import FreezeChannel
 from csi_hostpath.store.groups import GroupRecords
 from csi_hostpath.store.headroom import Headroom
-from csi_hostpath.store.open_state import open_store
 from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.store.private import private_state_dir
 from csi_hostpath.system.base import System
