@@ -17,7 +17,7 @@ from csi_hostpath.core.model import (
     Snapshot,
     Volume,
 )
-from csi_hostpath.service.controller.placement import TopologyRequirement
+from csi_hostpath.service.controller.topology import TopologyRequirement
 
 
 def capability(cap: pb.VolumeCapability, what: str = "volume_capability") -> Capability:

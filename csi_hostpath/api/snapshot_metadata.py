@@ -8,7 +8,10 @@ import grpc
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
-from csi_hostpath.service.controller.changed_blocks import Metadata, SnapshotMetadataService
+from csi_hostpath.service.controller.snapshot_metadata_service import (
+    Metadata,
+    SnapshotMetadataService,
+)
 
 VARIABLE = pb.BlockMetadataType.VARIABLE_LENGTH
 

@@ -88,7 +88,7 @@ def open_state(state: Path, *, write: bool = False) -> Store | int:
     """The state's store, read-only unless write (a command that only looks never migrates or
     writes it); or, after saying why on stderr, the exit code: this user may not use it, there
     is none, or sqlite can't read it."""
-    from csi_hostpath.store.open_state import (
+    from csi_hostpath.store.db import (
         StateDenied,
         StateOutdated,
         StateUnreadable,

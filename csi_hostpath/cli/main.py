@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from csi_hostpath.daemon.endpoint import EndpointRefused
         from csi_hostpath.daemon.server import StateDirLocked, serve
         from csi_hostpath.store.backing.owner import PoolClaimRefused
-        from csi_hostpath.store.open_state import StateUnreadable
+        from csi_hostpath.store.db import StateUnreadable
 
         try:
             return serve(config)

@@ -15,7 +15,7 @@ from typing import TextIO
 
 from csi_hostpath.daemon.server import StateDirLocked, lock_state_dir
 from csi_hostpath.service.controller import sync_lease
-from csi_hostpath.service.controller.pool_truth import open_pool
+from csi_hostpath.service.controller.open_pool import open_pool
 from csi_hostpath.store.backing.owner import PoolClaimRefused
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool_layout import PoolLayout

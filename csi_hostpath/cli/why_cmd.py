@@ -163,7 +163,7 @@ def run(argv: Sequence[str]) -> int:
         return _fail(USAGE, str(e), "see `kubectl csi-hostpath why --help`", json_out)
     # The Kubernetes client is imported here: --help needs none of it.
     from csi_hostpath.client.kube_access import NoCluster, connect
-    from csi_hostpath.client.why_reads import NotFound, ReadFailed, gather
+    from csi_hostpath.client.why_reads import ObjectNotFound, ReadFailed, gather
     from csi_hostpath.core.why_blocker import diagnose
 
     try:
@@ -174,7 +174,7 @@ def run(argv: Sequence[str]) -> int:
         observed = gather(
             access, args.namespace or access.namespace, kind, name, args.ledger_service
         )
-    except NotFound as e:
+    except ObjectNotFound as e:
         return _fail(NOT_FOUND, str(e), "check the name and -n NAMESPACE", json_out)
     except ValueError as e:
         return _fail(USAGE, str(e), "see `kubectl csi-hostpath why --help`", json_out)

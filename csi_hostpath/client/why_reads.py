@@ -32,7 +32,7 @@ LEDGER_ANNOTATION = "loop.hostpath.csi.dev/ledger-view"
 LEDGER_PATH = "ledger/v1/volumes/"
 
 
-class NotFound(Exception):
+class ObjectNotFound(Exception):
     """The pod or claim asked about does not exist."""
 
 
@@ -163,13 +163,13 @@ def gather(
     if kind == "pod":
         pod = r.get(f"pod {namespace}/{name}", core.read_namespaced_pod, name, namespace)
         if pod is None:
-            raise NotFound(f"pod {name} not found in namespace {namespace}")
+            raise ObjectNotFound(f"pod {name} not found in namespace {namespace}")
     else:
         claim_asked = name
         if r.get(f"claim {name}", core.read_namespaced_persistent_volume_claim, name, namespace):
             pod = kf.consumer_of(in_namespace, name)
         else:
-            raise NotFound(f"claim {name} not found in namespace {namespace}")
+            raise ObjectNotFound(f"claim {name} not found in namespace {namespace}")
     pairs = kf.claims_of(pod) if pod is not None else [("", name)]
     claims = _each(
         {c for _, c in pairs},

@@ -32,7 +32,7 @@ class Config:
     driver_name: str = DEFAULT_DRIVER_NAME
     max_volume_size: int = 0  # 0 = limited only by the pool
     overcommit_ratio: float = 1.0  # sizes of all volumes <= pool room x ratio (core/capacity.py)
-    # 0 = no cap; NodeGetInfo still reports the loop devices left (service/node/limit.py).
+    # 0 = no cap; NodeGetInfo still reports the loop devices left (core/volume_limit.py).
     max_volumes_per_node: int = 0
     log_level: str = "INFO"
     fence_interval: float = 5.0

@@ -27,22 +27,21 @@ from csi_hostpath.daemon.endpoint import claim_endpoint
 from csi_hostpath.daemon.status_http import LedgerView, serve_status
 from csi_hostpath.daemon.stop_signals import stop_on_signals
 from csi_hostpath.service.controller import ControllerService, PublishLedger
-from csi_hostpath.service.controller.changed_blocks import SnapshotMetadataService
 from csi_hostpath.service.controller.controller_context import ControllerContext
 from csi_hostpath.service.controller.modify import ModifyService
-from csi_hostpath.service.controller.pool_truth import open_pool
+from csi_hostpath.service.controller.open_pool import open_pool
 from csi_hostpath.service.controller.reentrant_freeze import ReentrantFreeze
 from csi_hostpath.service.controller.remote_freeze import RemoteFreeze
+from csi_hostpath.service.controller.snapshot_metadata_service import SnapshotMetadataService
 from csi_hostpath.service.ledger_view import ledger_view
 from csi_hostpath.service.metrics import Metrics, build_metrics
 from csi_hostpath.service.node import NodeService
 from csi_hostpath.service.node.node_context import NodeContext
 from csi_hostpath.service.node.self_publish import SelfPublish
 from csi_hostpath.service.readiness import Readiness
-from csi_hostpath.store.db import Store
+from csi_hostpath.store.db import Store, open_store
 from csi_hostpath.store.freeze_channel import FreezeChannel
 from csi_hostpath.store.headroom import Headroom
-from csi_hostpath.store.open_state import open_store
 from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.store.private import private_state_dir
 from csi_hostpath.system.base import System

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from csi_hostpath.doctor.finding import Finding
 from csi_hostpath.service.lost_volumes import lost_volumes
-from csi_hostpath.store.open_state import (
+from csi_hostpath.store.db import (
     StateDenied,
     StateOutdated,
     StateUnreadable,

@@ -24,7 +24,7 @@ CALL_TIMEOUT = 3600.0
 CONNECT_TIMEOUT = 5.0
 
 
-class Driver:
+class DriverClient:
     def __init__(self, endpoint: str, guessed: bool = False) -> None:
         self.endpoint = endpoint
         self.guessed = guessed  # the endpoint is ./.run's: nothing said where the driver is

@@ -21,10 +21,10 @@ from csi_hostpath.volume_cli.commands_volume import release
 from csi_hostpath.volume_cli.context import Context, absolute, volume_named
 from csi_hostpath.volume_cli.exit_codes import BUSY, EXISTS, FAILED, NOT_FOUND, USAGE
 from csi_hostpath.volume_cli.kernel import loop_volume, mount_source, mounts_below
-from csi_hostpath.volume_cli.records import MountRecord, Records, VolumeRecord
+from csi_hostpath.volume_cli.records import Records, VolumeMount, VolumeRecord
 
 
-def _result(vol: VolumeRecord, m: MountRecord, staging: str) -> dict[str, object]:
+def _result(vol: VolumeRecord, m: VolumeMount, staging: str) -> dict[str, object]:
     return {
         "volume": vol.name,
         "volume_id": vol.volume_id,
@@ -109,7 +109,7 @@ def mount(ctx: Context, args: argparse.Namespace) -> int:
     return 0
 
 
-def _before_publish(path: str, readonly: bool) -> MountRecord:
+def _before_publish(path: str, readonly: bool) -> VolumeMount:
     """Make PATH's missing parents, as the kubelet makes a target's parent (the driver makes the
     target itself), and note what was there before."""
     missing = []
@@ -117,7 +117,7 @@ def _before_publish(path: str, readonly: bool) -> MountRecord:
     while not os.path.lexists(parent):
         missing.append(parent)
         parent = os.path.dirname(parent)
-    record = MountRecord(path=path, readonly=readonly, made_dirs=missing[::-1])
+    record = VolumeMount(path=path, readonly=readonly, made_dirs=missing[::-1])
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -136,7 +136,7 @@ def _before_publish(path: str, readonly: bool) -> MountRecord:
     return record
 
 
-def _after_unpublish(m: MountRecord, fs: str) -> None:
+def _after_unpublish(m: VolumeMount, fs: str) -> None:
     """Undo what mount made and no more: the user's own empty PATH comes back as it was (the
     driver removes a target it finds empty), the parents mount made go if they are empty."""
     if m.target_existed and not os.path.lexists(m.path):
@@ -201,14 +201,14 @@ def _stage(ctx: Context, vol: VolumeRecord, cap: pb.VolumeCapability) -> None:
 
 def _adopt(
     records: Records, path: str, staging_dir: Callable[[str], Path]
-) -> tuple[VolumeRecord, MountRecord] | None:
+) -> tuple[VolumeRecord, VolumeMount] | None:
     """A mount of a recorded volume that the records lost (a `mount` killed after the driver
     bound it): take it in, so `unmount` can undo it. Never anything else's mount."""
     volume_id = loop_volume(path)
     vol = records.volume_by_id(volume_id) if volume_id else None
     if vol is None:
         return None
-    record = MountRecord(path=path, readonly=False)
+    record = VolumeMount(path=path, readonly=False)
     vol.mounts.append(record)
     staging = staging_dir(vol.volume_id)
     if not vol.staging_path and staging.is_dir():
@@ -253,7 +253,7 @@ def _would_hide(path: str) -> str:
     return f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'} ({shown})"
 
 
-def _by_name(records: Records, name: str) -> tuple[VolumeRecord, MountRecord] | None:
+def _by_name(records: Records, name: str) -> tuple[VolumeRecord, VolumeMount] | None:
     """The one mount of the volume named NAME (`unmount data`, said as `mount data ./x` was);
     refused, naming each path, when there are several."""
     vol = records.volumes.get(name)

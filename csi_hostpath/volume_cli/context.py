@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from csi_hostpath.volume_cli.args import Places
 from csi_hostpath.volume_cli.cli_errors import CliError
-from csi_hostpath.volume_cli.client import Driver
+from csi_hostpath.volume_cli.client import DriverClient
 from csi_hostpath.volume_cli.exit_codes import NOT_FOUND
 from csi_hostpath.volume_cli.output import Output
 from csi_hostpath.volume_cli.records import CSI_NAME_PREFIX, Records, RecordsFile, VolumeRecord
@@ -19,15 +19,15 @@ class Context:
     places: Places
     out: Output
     records: RecordsFile = field(init=False)
-    _driver: Driver | None = field(default=None, init=False)
+    _driver: DriverClient | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.records = RecordsFile(self.places.records_dir)
 
     @property
-    def driver(self) -> Driver:
+    def driver(self) -> DriverClient:
         if self._driver is None:
-            self._driver = Driver(self.places.endpoint, self.places.guessed)
+            self._driver = DriverClient(self.places.endpoint, self.places.guessed)
         return self._driver
 
     def close(self) -> None:

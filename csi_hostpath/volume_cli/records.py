@@ -24,7 +24,7 @@ CSI_NAME_PREFIX = "volcli-"
 
 
 @dataclass
-class MountRecord:
+class VolumeMount:
     path: str
     readonly: bool
     mounted_at: float = field(default_factory=time.time)
@@ -50,7 +50,7 @@ class VolumeRecord:
     volume_context: dict[str, str] = field(default_factory=dict)
     staging_path: str = ""  # set while staged (while at least one mount exists)
     publish_context: dict[str, str] = field(default_factory=dict)
-    mounts: list[MountRecord] = field(default_factory=list)
+    mounts: list[VolumeMount] = field(default_factory=list)
     # Grown while mounted, but the mounted filesystem could not grow (no CAP_SYS_RESOURCE):
     # df shows the old size until the next stage grows it; `list` says so.
     fs_behind: bool = False
@@ -75,7 +75,7 @@ class Records:
     def volume_by_id(self, volume_id: str) -> VolumeRecord | None:
         return next((v for v in self.volumes.values() if v.volume_id == volume_id), None)
 
-    def mount_at(self, path: str) -> tuple[VolumeRecord, MountRecord] | None:
+    def mount_at(self, path: str) -> tuple[VolumeRecord, VolumeMount] | None:
         for vol in self.volumes.values():
             for m in vol.mounts:
                 if m.path == path:
@@ -93,7 +93,7 @@ class Records:
     def from_json(data: dict[str, Any]) -> Records:
         volumes = {}
         for name, raw in data.get("volumes", {}).items():
-            mounts = [MountRecord(**m) for m in raw.pop("mounts", [])]
+            mounts = [VolumeMount(**m) for m in raw.pop("mounts", [])]
             volumes[name] = VolumeRecord(**raw, mounts=mounts)
         snapshots = {n: SnapshotRecord(**s) for n, s in data.get("snapshots", {}).items()}
         return Records(volumes, snapshots)

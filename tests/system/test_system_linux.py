@@ -194,7 +194,7 @@ def test_without_statmount_an_rpc_reads_mountinfo_once(
     # Where the kernel has no statmount (Linux < 6.8), every lookup of an RPC shares
     # one parse of /proc/self/mountinfo, and a mount or unmount through LinuxMounts drops it.
     def unsupported(path: str) -> None:
-        raise linux_statmount.Unsupported("no statmount (simulated)")
+        raise linux_statmount.StatmountUnsupported("no statmount (simulated)")
 
     monkeypatch.setattr(linux_statmount, "find", unsupported)
     reads: list[int] = []

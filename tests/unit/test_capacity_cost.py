@@ -18,7 +18,7 @@ import pytest
 
 from csi_hostpath.core.model import Volume
 from csi_hostpath.core.naming import new_volume_id
-from csi_hostpath.service.controller.placement import Capacity
+from csi_hostpath.service.controller.pool_capacity import Capacity
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.fake import fake_system

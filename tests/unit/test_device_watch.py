@@ -15,7 +15,7 @@ import pytest
 
 from csi_hostpath.core.model import AccessMode, AccessType, NodeStaging
 from csi_hostpath.core.naming import loop_tag
-from csi_hostpath.service.node.devices import DeviceWatch
+from csi_hostpath.service.node.device_watch import DeviceWatch
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.fake import fake_system

@@ -214,7 +214,7 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
         ),
         (
             "service/inspect.py",
-            "from pkg.service.node.agent import NodeAgent\n",
+            "from pkg.service.node.heartbeat import NodeAgent\n",
             "another service package",
         ),
         # Through the other package's __init__, in each spelling of the import.

@@ -20,7 +20,7 @@ SYSTEM = Path(__file__).resolve().parents[2] / "csi_hostpath" / "system"
 
 def test_a_scope_is_its_owners_alone(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     def unsupported(path: str) -> None:
-        raise linux_statmount.Unsupported("no statmount (simulated)", kernel_wide=True)
+        raise linux_statmount.StatmountUnsupported("no statmount (simulated)", kernel_wide=True)
 
     parses: list[str] = []  # "all": the scope's one parse; "one": a lookup reading for itself
     read_all, read_at = mountinfo.read_mountinfo, mountinfo.read_mountinfo_at

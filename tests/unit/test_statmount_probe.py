@@ -20,7 +20,7 @@ def test_the_statmount_probe_is_an_attribute_of_the_mounts(
 
     def unsupported(path: str) -> None:
         asked.append(path)
-        raise linux_statmount.Unsupported("no statmount (simulated)", kernel_wide=True)
+        raise linux_statmount.StatmountUnsupported("no statmount (simulated)", kernel_wide=True)
 
     monkeypatch.setattr(linux_statmount, "find", unsupported)
     mounts = LinuxMounts()

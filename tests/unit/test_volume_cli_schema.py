@@ -27,7 +27,7 @@ from csi_hostpath.volume_cli.output import (
     SCHEMA_VERSION,
     Progress,
 )
-from csi_hostpath.volume_cli.records import MountRecord, Records, RecordsFile, VolumeRecord
+from csi_hostpath.volume_cli.records import Records, RecordsFile, VolumeMount, VolumeRecord
 from csi_hostpath.volume_cli.sizes import QuantityError, format_bytes, parse_size
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "volume-cli.md"
@@ -160,7 +160,7 @@ def test_records_round_trip_and_replace_the_file_whole(tmp_path: Path) -> None:
     rf = RecordsFile(tmp_path / "volume-cli")
     with rf.locked() as records:
         vol = VolumeRecord("data", "vol-1", "ext4", "rwo", 1 << 30)
-        vol.mounts.append(MountRecord("/mnt/data", False, 1.0))
+        vol.mounts.append(VolumeMount("/mnt/data", False, 1.0))
         records.volumes["data"] = vol
     again = rf.read()
     assert again.volumes["data"] == vol

@@ -20,7 +20,7 @@ from csi_hostpath.service.controller.reentrant_freeze import Freeze
 from csi_hostpath.store.groups import GroupRecord, GroupRecords, is_group_id, new_group_id
 
 
-class Snapshots(Protocol):
+class MemberSnapshots(Protocol):
     """The controller's snapshot operations that a group is made of."""
 
     def create_snapshot(self, source_volume_id: str, name: str) -> Snapshot: ...
@@ -36,7 +36,7 @@ def member_name(group_name: str, volume_id: str) -> str:
 
 
 class GroupSnapshots:
-    def __init__(self, records: GroupRecords, snapshots: Snapshots, freeze: Freeze) -> None:
+    def __init__(self, records: GroupRecords, snapshots: MemberSnapshots, freeze: Freeze) -> None:
         self.records = records
         self.snapshots = snapshots
         self.freeze = freeze

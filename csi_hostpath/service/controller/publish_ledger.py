@@ -135,7 +135,7 @@ class PublishLedger:
 
     def reconcile(self) -> None:
         """Make every lease file say what the ledger says. Backing files no record claims were
-        re-adopted or quarantined before this (pool_truth.py): none is removed here."""
+        re-adopted or quarantined before this (backing_files.py): none is removed here."""
         for volume in self.store.all_volumes():
             lease = self.layout.read_lease(volume.volume_id)
             holders = {

@@ -34,19 +34,19 @@ from csi_hostpath.core.naming import is_snapshot_id, is_volume_id, new_volume_id
 from csi_hostpath.core.quantity import describe_bytes
 from csi_hostpath.daemon.config import PoolScope
 from csi_hostpath.service.controller._log import log
+from csi_hostpath.service.controller.backing_files import discard, making
 from csi_hostpath.service.controller.controller_context import ControllerContext
 from csi_hostpath.service.controller.group_snapshots import GroupSnapshots
-from csi_hostpath.service.controller.placement import (
-    Capacity,
+from csi_hostpath.service.controller.pool_capacity import Capacity
+from csi_hostpath.service.controller.reentrant_freeze import Freeze
+from csi_hostpath.service.controller.snapshots import Snapshots
+from csi_hostpath.service.controller.topology import (
     TopologyRequirement,
     choose_segment,
     missing_source,
     serves,
     snapshot_topology,
 )
-from csi_hostpath.service.controller.pool_truth import discard, making
-from csi_hostpath.service.controller.reentrant_freeze import Freeze
-from csi_hostpath.service.controller.snapshots import Snapshots
 from csi_hostpath.service.controller.volume_condition import volume_problems
 from csi_hostpath.service.lost_volumes import loss_of, release_lost
 from csi_hostpath.store.backing import file_identity

@@ -18,9 +18,9 @@ from csi_hostpath.core.errors import (
 from csi_hostpath.core.model import Snapshot, Volume
 from csi_hostpath.core.naming import is_snapshot_id, is_volume_id, new_snapshot_id
 from csi_hostpath.service.controller._log import log
+from csi_hostpath.service.controller.backing_files import discard, making
 from csi_hostpath.service.controller.controller_context import ControllerContext
-from csi_hostpath.service.controller.placement import Capacity
-from csi_hostpath.service.controller.pool_truth import discard, making
+from csi_hostpath.service.controller.pool_capacity import Capacity
 from csi_hostpath.service.controller.reentrant_freeze import Freeze
 from csi_hostpath.store.backing import file_identity
 from csi_hostpath.system.base import NoSpace

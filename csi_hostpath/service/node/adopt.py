@@ -30,27 +30,6 @@ from csi_hostpath.store.pool_layout import Heartbeat
 from csi_hostpath.system.base import LoopDevice, MountEntry
 
 
-def heartbeat_entry(s: NodeStaging, publications: list[NodePublication]) -> dict[str, Any]:
-    """What the heartbeat says of one staged volume: enough for operators, and enough to
-    re-adopt the volume if this node's records are lost."""
-    return {
-        "staging": s.staging_path,
-        "device": s.device,
-        "access_type": s.access_type.value,
-        "access_mode": s.access_mode.name,
-        "fs_type": s.fs_type,
-        "readonly": s.readonly,
-        "generation": s.generation,
-        # When the stage was done: how long the attach-to-stage step took, for a reader.
-        "staged_at": s.staged_at,
-        "targets": sorted(p.target_path for p in publications),
-        "publications": [
-            {"target": p.target_path, "readonly": p.readonly, "mount_flags": list(p.mount_flags)}
-            for p in sorted(publications, key=lambda p: p.target_path)
-        ],
-    }
-
-
 class Unclaimed:
     """What this node left in place because no record claims it, and why: volume ID -> its
     heartbeat entry. Repair leaves entries; the agent reports them in the heartbeat (so inspect

@@ -27,7 +27,7 @@ class NodeContext:
     pool_dir: Path
     # The flags the parts read.
     topology: Mapping[str, str]  # NodeGetInfo's: this node's segment in local scope, else none
-    max_volumes_per_node: int  # 0: no cap beyond the loop devices left (limit.py)
+    max_volumes_per_node: int  # 0: no cap beyond the loop devices left (core/volume_limit.py)
     max_volume_size: int
     allow_inline_volumes: bool
     max_inline_size: int

@@ -11,7 +11,7 @@ from csi_hostpath.core.model import AccessType, Capability, NodePublication, Nod
 from csi_hostpath.core.naming import loop_tag
 from csi_hostpath.service.node._log import log
 from csi_hostpath.service.node.adopt import NodeAdopt, Unclaimed
-from csi_hostpath.service.node.agent import NodeAgent
+from csi_hostpath.service.node.heartbeat import NodeAgent
 from csi_hostpath.service.node.inline import InlineVolumes
 from csi_hostpath.service.node.node_context import NodeContext
 from csi_hostpath.service.node.node_mounts import NodeMounts

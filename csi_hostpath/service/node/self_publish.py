@@ -1,7 +1,8 @@
 """The node's own publication of a volume when the CO does no attach (the chart's local shape).
 
 With CSIDriver attachRequired: false, Kubernetes never calls ControllerPublishVolume, but NodeStage
-still needs the fencing generation a publish grants (service/node/agent.py, `granted_generation`).
+still needs the fencing generation a publish grants (service/node/stage_checks.py,
+`granted_generation`).
 In local scope with the controller service in the same process (--mode all --self-publish), the
 node's stage use-case asks the controller's ledger for that publication before it stages, and
 gives it back after it unstages. The ledger and the leases stay the one record of who holds

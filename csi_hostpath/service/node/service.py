@@ -36,20 +36,21 @@ from csi_hostpath.core.model import (
     NodePublication,
     NodeStaging,
 )
-from csi_hostpath.core.naming import is_volume_id, loop_tag, node_key
+from csi_hostpath.core.naming import is_volume_id, loop_tag, loop_tag_prefix, node_key
+from csi_hostpath.core.volume_limit import NodeInfo, volume_limit
 from csi_hostpath.service.node._log import log
 from csi_hostpath.service.node.adopt import Unclaimed
-from csi_hostpath.service.node.agent import NodeAgent
 from csi_hostpath.service.node.freeze import Freezes
 from csi_hostpath.service.node.freeze_server import FreezeServer
+from csi_hostpath.service.node.heartbeat import NodeAgent
 from csi_hostpath.service.node.inline import InlineVolumes
-from csi_hostpath.service.node.limit import NodeInfo, volume_limit
 from csi_hostpath.service.node.node_context import NodeContext
 from csi_hostpath.service.node.node_mounts import NodeMounts
 from csi_hostpath.service.node.paths import DriverDirs, check_path, refuse_overlap
 from csi_hostpath.service.node.repair import NodeRepair
+from csi_hostpath.service.node.stage_checks import StageChecks
+from csi_hostpath.service.node.staged_volumes import StagedVolumes
 from csi_hostpath.service.node.staging_fs import check_same_stage
-from csi_hostpath.service.node.stats import StagedVolumes
 from csi_hostpath.service.node.tuning import NodeTuning
 from csi_hostpath.store.mutable_records import MutableRecords
 
@@ -67,6 +68,7 @@ class NodeService:
         self.inline = InlineVolumes(ctx, self.mounts)
         self.unclaimed = Unclaimed()
         self.agent = NodeAgent(ctx, self.mounts, self.unclaimed)
+        self.stage_checks = StageChecks(ctx)
         # Freeze records in the pool: they must outlive a lost state directory.
         frozen = layout.root / "frozen" / node_key(self.node_id)
         self.freezes = Freezes(ctx.state_dir, system, ctx.max_freeze_seconds, frozen)
@@ -146,7 +148,7 @@ class NodeService:
         access.check_capability(cap)
         with self.inflight.hold(volume_id, "NodeStageVolume"):
             backing = self._backing_file(volume_id)
-            generation = self.agent.granted_generation(volume_id, publish_context)
+            generation = self.stage_checks.granted_generation(volume_id, publish_context)
             granted = publish_context.get(ACCESS_TYPE_KEY, cap.access_type.value)
             if granted != cap.access_type.value:
                 # Staging a block grant as a filesystem would run mkfs over the block data.
@@ -155,7 +157,7 @@ class NodeService:
                     f"not {cap.access_type.value}; publish it again with the capability to stage"
                 )
             if cap.access_mode in access.SINGLE_NODE_MODES:
-                self.agent.check_no_other_live_stager(volume_id)
+                self.stage_checks.check_no_other_live_stager(volume_id)
             existing = self.store.get_staging(volume_id)
             if existing is not None and (
                 existing.staging_path,
@@ -364,5 +366,7 @@ class NodeService:
 
     # ----- NodeGetInfo -----
     def node_info(self) -> NodeInfo:
-        limit = volume_limit(self.system.loop, self.node_id, self.ctx.max_volumes_per_node)
+        census = self.system.loop.census(loop_tag_prefix(self.node_id))
+        limit, counted = volume_limit(census, self.ctx.max_volumes_per_node)
+        log.debug("volume limit %d: %s", limit, counted)
         return NodeInfo(self.node_id, limit, dict(self.ctx.topology))

@@ -15,11 +15,13 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool_layout import PoolLayout, write_atomically
 from csi_hostpath.system.flock import hold_exclusive
+
+if TYPE_CHECKING:  # a Store is only passed in; store/db.py imports this module to open one
+    from csi_hostpath.store.db import Store
 
 
 class PoolClaimRefused(RuntimeError):

@@ -94,7 +94,7 @@ def find_on(target: Pinned) -> MountEntry | None:
             return None
         try:
             return statmount.statmount(mount_id)
-        except statmount.Unsupported:
+        except statmount.StatmountUnsupported:
             pass  # statmount(2) lacking or partial (before 6.11): mountinfo says the same
     old = target.mount_id(unique=False)
     if old is None:

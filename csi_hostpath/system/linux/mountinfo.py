@@ -154,7 +154,7 @@ def find_mount(path: str, probe: StatmountProbe, lookups: SharedLookups) -> Moun
     if probe.works:
         try:
             return statmount.find(path)
-        except statmount.Unsupported as exc:
+        except statmount.StatmountUnsupported as exc:
             if exc.kernel_wide:
                 probe.works = False
             log.debug("%s; reading mountinfo", exc)

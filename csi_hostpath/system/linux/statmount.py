@@ -9,8 +9,8 @@ The answer is the same MountEntry the mountinfo line gives: the per-mount option
 from mnt_attr in the order show_mnt_opts() in fs/proc_namespace.c prints them.
 
 find() answers None when the path is no mount point (the walk ended on a mount whose mount point
-is elsewhere), and raises Unsupported when the kernel can't answer this way (no statmount, no
-unique mount IDs, a field it did not fill): the caller then reads mountinfo.
+is elsewhere), and raises StatmountUnsupported when the kernel can't answer this way (no
+statmount, no unique mount IDs, a field it did not fill): the caller then reads mountinfo.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ _libc.statx.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_ui
 _libc.statx.restype = ctypes.c_int
 
 
-class Unsupported(Exception):
+class StatmountUnsupported(Exception):
     """This path can't be answered with statx + statmount; kernel_wide when no path can."""
 
     def __init__(self, message: str, *, kernel_wide: bool = False) -> None:
@@ -114,11 +114,13 @@ def unique_mount_id(path: str) -> int | None:
         if code in (errno.ENOENT, errno.ENOTDIR):
             return None
         if code == errno.ENOSYS:
-            raise Unsupported("no statx(2)", kernel_wide=True)
-        raise Unsupported(f"statx(2) of {path}: {os.strerror(code)}")
+            raise StatmountUnsupported("no statx(2)", kernel_wide=True)
+        raise StatmountUnsupported(f"statx(2) of {path}: {os.strerror(code)}")
     (mask,) = struct.unpack_from("=I", buf.raw, 0)
     if not mask & _STATX_MNT_ID_UNIQUE:
-        raise Unsupported("statx(2) gives no unique mount ID (Linux < 6.8)", kernel_wide=True)
+        raise StatmountUnsupported(
+            "statx(2) gives no unique mount ID (Linux < 6.8)", kernel_wide=True
+        )
     (mount_id,) = struct.unpack_from("=Q", buf.raw, _STATX_MNT_ID_OFFSET)
     assert isinstance(mount_id, int)
     return mount_id
@@ -144,12 +146,16 @@ def statmount(mount_id: int) -> MountEntry | None:
             continue
         if code == errno.ENOENT:
             return None
-        raise Unsupported(f"statmount(2): {os.strerror(code)}", kernel_wide=code == errno.ENOSYS)
+        raise StatmountUnsupported(
+            f"statmount(2): {os.strerror(code)}", kernel_wide=code == errno.ENOSYS
+        )
     raw = buf.raw
     fields = _STATMOUNT.unpack_from(raw, 0)
     mask, major, minor = fields[2], fields[3], fields[4]
     if mask & _REQUIRED != _REQUIRED:  # an older kernel: no sb_source before 6.11, say
-        raise Unsupported(f"statmount(2) filled {mask:#x}, not {_REQUIRED:#x}", kernel_wide=True)
+        raise StatmountUnsupported(
+            f"statmount(2) filled {mask:#x}, not {_REQUIRED:#x}", kernel_wide=True
+        )
     fs_type_at, attr, root_at, point_at = fields[7], fields[12], fields[17], fields[18]
     subtype_at, source_at = fields[20], fields[21]
     fs_type = _string(raw, fs_type_at)

@@ -1,6 +1,6 @@
-"""The controller's side of "the pool is the truth": how a backing file is made so that a crash at
-any step can be told apart afterwards, and what the controller does with the pool before it
-serves (claim it for this database, rebuild the index from it)."""
+"""How the controller makes and removes a backing file, so that a crash at any step can be told
+apart afterwards (the controller's side of "the pool is the truth"; open_pool.py is what it does
+with the pool before it serves)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from csi_hostpath.service.controller._log import log
 from csi_hostpath.store.backing import file_identity
-from csi_hostpath.store.backing.adopt_pool import AdoptReport, adopt_pool
-from csi_hostpath.store.backing.owner import PoolClaim, claim_pool
-from csi_hostpath.store.db import Store
-from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.base import NoSpace, Pool
 
 
@@ -40,23 +35,3 @@ def discard(pool: Pool, path: Path) -> None:
     """Remove a backing file and what describes it (sidecar, intent)."""
     pool.remove(path)
     file_identity.remove_identity(path)
-
-
-def open_pool(
-    store: Store, layout: PoolLayout, state_dir: Path, *, take_over: bool = False
-) -> tuple[PoolClaim, AdoptReport]:
-    """Claim the pool for this database, then re-adopt what its files say; before serving."""
-    claim = claim_pool(store, layout, state_dir, take_over=take_over)
-    try:
-        if claim.took_over is not None:
-            log.warning(
-                "pool %s: taken over from database %s (state directory %s)",
-                layout.root,
-                claim.took_over.get("db_id"),
-                claim.took_over.get("state_dir"),
-            )
-        report = adopt_pool(store, layout)
-    except BaseException:
-        claim.release()
-        raise
-    return claim, report

@@ -1,31 +1,49 @@
-"""The node's background agent: heartbeats that tell operators and other nodes what this node
-holds, and fencing of volumes whose lease moved to another node."""
+"""The node's heartbeat: what this node holds, told to operators and to other nodes (each staged
+volume's entry, heartbeat_entry), written by the RPC that changed it and by a thread of its own,
+which on the same clock fences the volumes whose lease moved to another node."""
 
 from __future__ import annotations
 
-import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from csi_hostpath.core import conditions, ledger_rules
-from csi_hostpath.core.context_keys import GENERATION_KEY
-from csi_hostpath.core.errors import Busy, ForeignMount, GenerationRevoked, PathDiverted
+from csi_hostpath.core.errors import Busy, ForeignMount, PathDiverted
 from csi_hostpath.core.model import AccessType, NodePublication, NodeStaging
 from csi_hostpath.core.naming import loop_tag
 from csi_hostpath.service.node._log import log
-from csi_hostpath.service.node.adopt import Unclaimed, heartbeat_entry
-from csi_hostpath.service.node.devices import DeviceWatch
+from csi_hostpath.service.node.adopt import Unclaimed
+from csi_hostpath.service.node.device_watch import DeviceWatch
 from csi_hostpath.service.node.node_context import NodeContext
 from csi_hostpath.service.node.node_mounts import NodeMounts
 
-_GENERATION = re.compile(r"[0-9]{1,18}")
+
+def heartbeat_entry(s: NodeStaging, publications: list[NodePublication]) -> dict[str, Any]:
+    """What the heartbeat says of one staged volume: enough for operators, and enough to
+    re-adopt the volume if this node's records are lost."""
+    return {
+        "staging": s.staging_path,
+        "device": s.device,
+        "access_type": s.access_type.value,
+        "access_mode": s.access_mode.name,
+        "fs_type": s.fs_type,
+        "readonly": s.readonly,
+        "generation": s.generation,
+        # When the stage was done: how long the attach-to-stage step took, for a reader.
+        "staged_at": s.staged_at,
+        "targets": sorted(p.target_path for p in publications),
+        "publications": [
+            {"target": p.target_path, "readonly": p.readonly, "mount_flags": list(p.mount_flags)}
+            for p in sorted(publications, key=lambda p: p.target_path)
+        ],
+    }
 
 
 class NodeAgent:
     def __init__(self, ctx: NodeContext, mounts: NodeMounts, unclaimed: Unclaimed) -> None:
-        self.ctx = ctx  # its flags: heartbeat_interval, fence_interval, node_grace
+        self.ctx = ctx  # its flags: heartbeat_interval, fence_interval
         self.node_id = ctx.node_id
         self.store = ctx.store
         self.system = ctx.system
@@ -248,40 +266,3 @@ class NodeAgent:
             except Exception:
                 log.exception("heartbeat/fence pass failed; trying again next interval")
                 self._stop.wait(tick)
-
-    # ----- the checks a stage makes against the ledger and other nodes -----
-    def granted_generation(self, volume_id: str, publish_context: Mapping[str, str]) -> int:
-        """Check the fencing token the CO hands us against the lease the controller wrote."""
-        raw = publish_context.get(GENERATION_KEY, "")
-        if not _GENERATION.fullmatch(raw):
-            raise GenerationRevoked(
-                f"volume {volume_id} is not published to node {self.node_id!r}: the "
-                "publish_context carries no fencing generation; call ControllerPublishVolume first"
-            )
-        generation = int(raw)
-        lease = self.layout.read_lease(volume_id)
-        if not ledger_rules.grants(lease, self.node_id, generation):
-            held = lease.holders if lease else {}
-            raise GenerationRevoked(
-                f"volume {volume_id}: generation {generation} is not held by node "
-                f"{self.node_id!r} (the ledger's holders are {held or 'none'}); it was "
-                "unpublished or force-detached, so this node must not touch the volume"
-            )
-        return generation
-
-    def check_no_other_live_stager(self, volume_id: str) -> None:
-        """The ledger moved the volume here, but the node it came from may still be alive and
-        mounted: Kubernetes unpublishes a node it can't reach after a timeout, and a forced
-        detach can be taken against a live node. Until that node reports the volume gone (it
-        fences itself within its fence interval) or falls silent past the grace period, staging
-        here would put two writers on one filesystem."""
-        for beat in self.layout.heartbeats(volume_id):
-            if beat.node_id == self.node_id or volume_id not in beat.volumes:
-                continue
-            age = beat.age()
-            if age < self.ctx.node_grace:
-                raise Busy(
-                    f"volume {volume_id} is still staged on node {beat.node_id!r} (its heartbeat "
-                    f"{age:.0f}s ago says so); it unstages or fences itself first, or goes silent "
-                    f"for {self.ctx.node_grace:.0f}s. Retrying is safe"
-                )
