@@ -1,18 +1,22 @@
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
 
 import grpc
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.api import convert
-from csi_hostpath.api.self_publish import SelfPublish
 from csi_hostpath.api.status import rpc
 from csi_hostpath.core.model import AccessType
 from csi_hostpath.service.node import NodeService
 from csi_hostpath.service.teardown import retry_when_full
 from csi_hostpath.store.headroom import Headroom
+
+if TYPE_CHECKING:
+    # The controller's ledger, which a node-only process never loads.
+    from csi_hostpath.api.self_publish import SelfPublish
 
 RPC = pb.NodeServiceCapability.RPC
 CAPABILITIES = (

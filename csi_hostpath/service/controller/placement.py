@@ -15,9 +15,8 @@ from promising the same bytes twice.
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from csi_hostpath.core.capacity import promisable_sums, refuse_unpromisable
@@ -29,16 +28,10 @@ from csi_hostpath.core.errors import (
     TopologyUnsatisfiable,
     VolumeNotFound,
 )
+from csi_hostpath.core.model import PoolScope, TopologyRequirement
 from csi_hostpath.core.naming import snapshot_home
-from csi_hostpath.daemon.config import PoolScope
 from csi_hostpath.service.controller.allocations import Allocations
 from csi_hostpath.service.controller.controller_context import ControllerContext
-
-
-@dataclass(frozen=True, slots=True)
-class TopologyRequirement:
-    requisite: Sequence[Mapping[str, str]] = ()
-    preferred: Sequence[Mapping[str, str]] = ()
 
 
 def serves(ctx: ControllerContext, segment: Mapping[str, str]) -> bool:
