@@ -61,15 +61,15 @@ LABEL org.opencontainers.image.title="csi-hostpath" \
 # python3 runs the driver (the venv below points at Debian's /usr/bin/python3). The node plugin
 # shells out to the rest (csi_hostpath/system/linux/; loop devices themselves are driven with
 # ioctls): blkid (util-linux), mkfs.ext4, e2fsck and resize2fs (e2fsprogs), mkfs.xfs and
-# xfs_growfs (xfsprogs), mount and umount (mount). pyudev loads libudev1 for the kernel's
-# loop-device uevents (csi_hostpath/system/linux/uevents.py). No build tools are installed here.
+# xfs_growfs (xfsprogs), mount and umount (mount). The kernel's loop-device uevents are read from
+# its netlink socket (csi_hostpath/system/linux/uevents.py). No build tools are installed here.
 #
 # DL3008 is ignored for the reason given in the builder stage (Debian keeps only the newest
 # version of each package in a release, so a version pin stops building).
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends \
-        python3 util-linux e2fsprogs xfsprogs mount libudev1 \
+        python3 util-linux e2fsprogs xfsprogs mount \
     && rm -rf /var/lib/apt/lists/*
 
 COPY --from=builder /opt/csi-hostpath /opt/csi-hostpath

@@ -80,6 +80,7 @@ class Plugin:
     proc: subprocess.Popen[bytes] | None = None
     pool: Path | None = None  # elsewhere than the default (an xfs reflink pool, say)
     extra: tuple[str, ...] = ()  # more serve flags
+    env: dict[str, str] | None = None  # the process's environment (None: this one's)
 
     @property
     def socket(self) -> Path:
@@ -126,7 +127,9 @@ class Plugin:
         self.root.mkdir(parents=True, exist_ok=True)
         self.socket.unlink(missing_ok=True)
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                self.argv(), stdout=log, stderr=subprocess.STDOUT, env=self.env
+            )
         deadline = time.monotonic() + timeout
         while not self.socket.exists():
             if self.proc.poll() is not None:

@@ -15,9 +15,9 @@ from csi_hostpath.core.model import (
     Capability,
     ContentSource,
     Snapshot,
+    TopologyRequirement,
     Volume,
 )
-from csi_hostpath.service.controller.topology import TopologyRequirement
 
 
 def capability(cap: pb.VolumeCapability, what: str = "volume_capability") -> Capability:

@@ -9,32 +9,41 @@ from csi_hostpath import __version__
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.api._log import log
-from csi_hostpath.daemon.config import Config, PoolScope
+from csi_hostpath.core.model import PoolScope
 from csi_hostpath.service.readiness import Readiness
 
 Cap = pb.PluginCapability
 
 
 class IdentityServicer(pb_grpc.IdentityServicer):
-    def __init__(self, config: Config, readiness: Readiness, started: threading.Event) -> None:
-        self.config = config
+    def __init__(
+        self,
+        driver_name: str,
+        serves_controller: bool,
+        pool_scope: PoolScope,
+        readiness: Readiness,
+        started: threading.Event,
+    ) -> None:
+        self.driver_name = driver_name
+        self.serves_controller = serves_controller  # the Controller service's capabilities
+        self.pool_scope = pool_scope
         self.readiness = readiness  # the store's, the pool's and the node's machine checks
         self.started = started  # set once the server, reconcile and background loops run
 
     def GetPluginInfo(
         self, request: pb.GetPluginInfoRequest, context: grpc.ServicerContext
     ) -> pb.GetPluginInfoResponse:
-        return pb.GetPluginInfoResponse(name=self.config.driver_name, vendor_version=__version__)
+        return pb.GetPluginInfoResponse(name=self.driver_name, vendor_version=__version__)
 
     def GetPluginCapabilities(
         self, request: pb.GetPluginCapabilitiesRequest, context: grpc.ServicerContext
     ) -> pb.GetPluginCapabilitiesResponse:
         caps = []
-        if self.config.serves_controller:
+        if self.serves_controller:
             caps.append(Cap(service=Cap.Service(type=Cap.Service.CONTROLLER_SERVICE)))
             caps.append(Cap(service=Cap.Service(type=Cap.Service.GROUP_CONTROLLER_SERVICE)))
             caps.append(Cap(service=Cap.Service(type=Cap.Service.SNAPSHOT_METADATA_SERVICE)))
-        if self.config.pool_scope == PoolScope.LOCAL:
+        if self.pool_scope == PoolScope.LOCAL:
             caps.append(Cap(service=Cap.Service(type=Cap.Service.VOLUME_ACCESSIBILITY_CONSTRAINTS)))
             # A local pool's snapshots restore on its node only (their accessible_topology).
             caps.append(

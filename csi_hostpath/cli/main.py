@@ -7,13 +7,6 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from csi_hostpath.cli.operator import (
-    demo_main,
-    doctor_main,
-    inspect_main,
-    ledger_main,
-    state_dirs,
-)
 from csi_hostpath.cli.parser import build_parser, config_from_args
 
 
@@ -99,6 +92,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return livenessprobe.run(args)
     setup_logging("WARNING")
+    # The operator's commands, imported here: `serve` never loads doctor/ or the ledger's.
+    from csi_hostpath.cli.operator import (
+        demo_main,
+        doctor_main,
+        inspect_main,
+        ledger_main,
+        state_dirs,
+    )
+
     if args.command == "doctor":
         return doctor_main(args)
     if args.command == "demo":

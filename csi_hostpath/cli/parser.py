@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from csi_hostpath import __version__
+from csi_hostpath.core.model import PoolScope
 from csi_hostpath.core.nodeloss import DEFAULT_LOST_AFTER
 from csi_hostpath.daemon.config import (
     DEFAULT_DRIVER_NAME,
     DEFAULT_MAX_INLINE_SIZE,
     Config,
     Mode,
-    PoolScope,
 )
 
 DEFAULT_STATE_DIR = "/var/lib/csi-hostpath"

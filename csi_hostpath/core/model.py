@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 
@@ -25,12 +25,28 @@ class AccessType(enum.Enum):
     BLOCK = "block"
 
 
+class PoolScope(enum.Enum):
+    """Where the pool lives: on one node (local), or seen by every node (shared)."""
+
+    LOCAL = "local"
+    SHARED = "shared"
+
+
 @dataclass(frozen=True, slots=True)
 class Capability:
     access_type: AccessType
     access_mode: AccessMode
     fs_type: str = ""  # "" for block, or when the CO leaves it to the driver
     mount_flags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyRequirement:
+    """CreateVolume's accessibility requirements: the segments a volume must (requisite) and
+    should first (preferred) be reachable from."""
+
+    requisite: Sequence[Mapping[str, str]] = ()
+    preferred: Sequence[Mapping[str, str]] = ()
 
 
 @dataclass(frozen=True, slots=True)

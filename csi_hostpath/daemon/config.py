@@ -6,6 +6,8 @@ import enum
 from dataclasses import dataclass
 from pathlib import Path
 
+from csi_hostpath.core.model import PoolScope
+
 DEFAULT_DRIVER_NAME = "loop.hostpath.csi.dev"
 DEFAULT_MAX_INLINE_SIZE = 1 << 30  # the chart's inline.maxSize default
 
@@ -14,11 +16,6 @@ class Mode(enum.Enum):
     ALL = "all"
     CONTROLLER = "controller"
     NODE = "node"
-
-
-class PoolScope(enum.Enum):
-    LOCAL = "local"
-    SHARED = "shared"
 
 
 @dataclass(frozen=True, slots=True)

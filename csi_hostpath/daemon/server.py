@@ -7,45 +7,38 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from grpc_health.v1 import health_pb2
 
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
-from csi_hostpath.api.controller import ControllerServicer
-from csi_hostpath.api.group_controller import GroupControllerServicer
 from csi_hostpath.api.identity import IdentityServicer
-from csi_hostpath.api.node import NodeServicer
 from csi_hostpath.api.runtime.aio_server import AioServer, Health
-from csi_hostpath.api.runtime.copy_pool import CopyPool
 from csi_hostpath.api.runtime.lanes import Lanes
 from csi_hostpath.api.runtime.pipeline import Pipeline
 from csi_hostpath.api.runtime.rpc_log import RpcLog
-from csi_hostpath.api.snapshot_metadata import SnapshotMetadataServicer
 from csi_hostpath.daemon.config import Config
 from csi_hostpath.daemon.endpoint import claim_endpoint
-from csi_hostpath.daemon.status_http import LedgerView, serve_status
 from csi_hostpath.daemon.stop_signals import stop_on_signals
-from csi_hostpath.service.controller import ControllerService, PublishLedger
-from csi_hostpath.service.controller.controller_context import ControllerContext
-from csi_hostpath.service.controller.modify import ModifyService
-from csi_hostpath.service.controller.open_pool import open_pool
-from csi_hostpath.service.controller.reentrant_freeze import ReentrantFreeze
-from csi_hostpath.service.controller.remote_freeze import RemoteFreeze
-from csi_hostpath.service.controller.snapshot_metadata_service import SnapshotMetadataService
-from csi_hostpath.service.ledger_view import ledger_view
-from csi_hostpath.service.metrics import Metrics, build_metrics
-from csi_hostpath.service.node import NodeService
-from csi_hostpath.service.node.node_context import NodeContext
-from csi_hostpath.service.node.self_publish import SelfPublish
 from csi_hostpath.service.readiness import Readiness
 from csi_hostpath.store.db import Store, open_store
-from csi_hostpath.store.freeze_channel import FreezeChannel
 from csi_hostpath.store.headroom import Headroom
 from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.store.private import private_state_dir
 from csi_hostpath.system.base import System
 from csi_hostpath.system.flock import hold_exclusive
+
+if TYPE_CHECKING:
+    # Each role's modules are imported where the process serves it (daemon/node_role.py,
+    # daemon/controller_role.py), and the metrics with their address: a node plugin, which
+    # runs on every node of a cluster, holds none of the controller's code
+    # (tests/unit/test_role_imports.py).
+    from csi_hostpath.api.runtime.copy_pool import CopyPool
+    from csi_hostpath.daemon.controller_role import ControllerParts
+    from csi_hostpath.daemon.status_http import LedgerView
+    from csi_hostpath.service.controller import ControllerService, PublishLedger
+    from csi_hostpath.service.metrics import Metrics
+    from csi_hostpath.service.node import NodeService
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +77,7 @@ class Driver:
     ledger: PublishLedger | None  # the controller's, with it
     node: NodeService | None
     lock_handle: IO[bytes]
-    metrics: Metrics
+    metrics: Metrics | None  # with --metrics-address only: nothing reads them without it
     health: Health
     started: threading.Event
     readiness: Readiness
@@ -134,43 +127,6 @@ class Driver:
                 log.exception("periodic driver pass failed; trying again")
 
 
-@dataclass(frozen=True, slots=True)
-class ControllerParts:
-    """The controller role, where this process is a controller: its context, the service, the
-    ledger, and the freeze its copies run under."""
-
-    ctx: ControllerContext
-    service: ControllerService
-    ledger: PublishLedger
-    freeze: ReentrantFreeze
-
-
-def _node_service(
-    config: Config, store: Store, system: System, layout: PoolLayout
-) -> NodeService | None:
-    if not config.serves_node:
-        return None
-    # The node role's one read of the Config; its parts share what it carries.
-    return NodeService(NodeContext.from_config(config, store, system, layout))
-
-
-def _controller_parts(
-    config: Config, store: Store, system: System, layout: PoolLayout, node: NodeService | None
-) -> ControllerParts | None:
-    if not config.serves_controller:
-        return None
-    # The controller role's one read of the Config; its parts share what it carries.
-    ctx = ControllerContext.from_config(config, store, system, layout)
-    remote = RemoteFreeze(ctx, FreezeChannel(config.pool_dir))
-    remote.withdraw_left_over()
-    # The volume frozen wherever it may be mounted: on this process's own node in-process, and
-    # on every other node the lease names, through the pool. Re-entrant, so a group snapshot's
-    # freeze of every member covers each member's cut.
-    freeze = ReentrantFreeze(remote) if node is None else ReentrantFreeze(node.frozen, remote)
-    service = ControllerService(ctx, freeze)
-    return ControllerParts(ctx, service, PublishLedger.from_context(ctx), freeze)
-
-
 def build_driver(config: Config, system: System | None = None) -> Driver:
     lock = lock_state_dir(config.state_dir)
     claim = None
@@ -192,6 +148,8 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
         controller = parts.service if parts is not None else None
         ledger = parts.ledger if parts is not None else None
         if controller is not None:
+            from csi_hostpath.service.controller.open_pool import open_pool
+
             # Before any repair: the pool must be this database's, and the index whole again
             # (re-adopted from the files' identities), or a repair would act on a partial view.
             claim, _ = open_pool(store, layout, config.state_dir)
@@ -201,20 +159,25 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
             ledger.reconcile()
             ledger.import_events()
 
-        metrics = build_metrics(config, store, layout, system)
+        metrics = _metrics(config, store, layout, system)
         started = threading.Event()
         # Every call's pipeline: its mount lookups share a read of this system's mount table, and
         # a teardown that finds the disk full is given the headroom back and run once more.
         pipeline = Pipeline(system, headroom)
-        server = AioServer(Lanes(config.workers), RpcLog(metrics.observe), pipeline)
-        copies = CopyPool(config.workers)  # snapshot and clone copies, apart from the RPC workers
-        _add_servicers(server, config, parts, node, copies)
-        # The node's system layer for its machine checks; Readiness ignores it in a
-        # controller-only process.
-        readiness = Readiness(config, db_path, system)
-        server.add_servicer(
-            pb_grpc.add_IdentityServicer_to_server, IdentityServicer(config, readiness, started)
+        server = AioServer(
+            Lanes(config.workers),
+            RpcLog(metrics.observe if metrics is not None else None),
+            pipeline,
         )
+        _add_servicers(server, config, parts, node)
+        # The node's system layer for its machine checks: a controller-only process has none.
+        readiness = Readiness(
+            db_path, config.state_dir, config.pool_dir, system if config.serves_node else None
+        )
+        identity = IdentityServicer(
+            config.driver_name, config.serves_controller, config.pool_scope, readiness, started
+        )
+        server.add_servicer(pb_grpc.add_IdentityServicer_to_server, identity)
         health_servicer = Health(server)
         health_servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)  # until start()
         _bind(server, config.socket_path)
@@ -232,7 +195,7 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
             started,
             readiness,
             headroom=headroom,
-            copies=copies,
+            copies=parts.copies if parts is not None else None,
         )
         driver.pool_claim = claim
     except BaseException:
@@ -247,36 +210,63 @@ def build_driver(config: Config, system: System | None = None) -> Driver:
     return driver
 
 
+def _node_service(
+    config: Config, store: Store, system: System, layout: PoolLayout
+) -> NodeService | None:
+    if not config.serves_node:
+        return None
+    from csi_hostpath.daemon.node_role import node_service
+
+    return node_service(config, store, system, layout)
+
+
+def _controller_parts(
+    config: Config, store: Store, system: System, layout: PoolLayout, node: NodeService | None
+) -> ControllerParts | None:
+    if not config.serves_controller:
+        return None
+    from csi_hostpath.daemon.controller_role import controller_parts
+
+    return controller_parts(config, store, system, layout, node)
+
+
+def _metrics(config: Config, store: Store, layout: PoolLayout, system: System) -> Metrics | None:
+    """Prometheus's registry where an address serves it; without one, nothing would read it."""
+    if not config.metrics_address:
+        return None
+    from csi_hostpath.service.metrics import StateScope, build_metrics
+
+    scope = StateScope(
+        controller=config.serves_controller,
+        node_id=config.node_id if config.serves_node else None,
+        node_grace=config.node_grace,
+        node_lost_after=config.node_lost_after,
+    )
+    return build_metrics(scope, store, layout, system)
+
+
 def _add_servicers(
     server: AioServer,
     config: Config,
     parts: ControllerParts | None,
     node: NodeService | None,
-    copies: CopyPool,
 ) -> None:
     """The Controller, GroupController and SnapshotMetadata services where this process is a
     controller, the Node service where it is a node."""
+    own = None
     if parts is not None:
-        modify = ModifyService(parts.ctx)
-        server.add_servicer(
-            pb_grpc.add_ControllerServicer_to_server,
-            ControllerServicer(parts.service, parts.ledger, modify, copies),
-        )
-        server.add_servicer(
-            pb_grpc.add_GroupControllerServicer_to_server,
-            GroupControllerServicer(parts.service, copies),
-        )
-        server.add_servicer(
-            pb_grpc.add_SnapshotMetadataServicer_to_server,
-            SnapshotMetadataServicer(SnapshotMetadataService(parts.ctx)),
-        )
+        from csi_hostpath.daemon.controller_role import add_controller_servicers
+
+        add_controller_servicers(server, parts)
+        if config.self_publish and node is not None:
+            # NodeStage's own hold on the ledger, where one process is both roles.
+            from csi_hostpath.service.node.self_publish import SelfPublish
+
+            own = SelfPublish(node, parts.ledger, config.node_id)
     if node is not None:
-        # With --self-publish (no attach), NodeStage and NodeUnstage take and give back the
-        # node's own publication in the controller's ledger, in this same process.
-        stages = None
-        if parts is not None and config.self_publish:
-            stages = SelfPublish(node, parts.ledger, config.node_id)
-        server.add_servicer(pb_grpc.add_NodeServicer_to_server, NodeServicer(node, stages))
+        from csi_hostpath.daemon.node_role import add_node_servicer
+
+        add_node_servicer(server, node, own)
 
 
 def _bind(server: AioServer, socket_path: Path) -> None:
@@ -296,7 +286,9 @@ def start(driver: Driver) -> None:
     t = threading.Thread(target=driver._loop, name="driver-loop", daemon=True)
     t.start()
     driver._threads.append(t)
-    if driver.config.metrics_address:
+    if driver.metrics is not None:
+        from csi_hostpath.daemon.status_http import serve_status
+
         host, port = parse_listen_address(driver.config.metrics_address)
         driver.metrics_server = serve_status(
             host, port, driver.metrics.registry, _ledger_view_of(driver)
@@ -321,6 +313,8 @@ def _ledger_view_of(driver: Driver) -> LedgerView | None:
     --ledger-view asks for it."""
     if not driver.config.ledger_view or driver.controller is None:
         return None
+    from csi_hostpath.service.ledger_view import ledger_view
+
     store, layout, grace = driver.store, driver.layout, driver.config.node_grace
     return lambda volume_id: ledger_view(store, layout, volume_id, grace)
 

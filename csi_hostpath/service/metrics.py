@@ -13,7 +13,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from csi_hostpath.core.naming import loop_tag_prefix
-from csi_hostpath.daemon.config import Config
 from csi_hostpath.service.lost_volumes import lost_volumes
 from csi_hostpath.store.backing.adopt_pool import quarantined_files
 from csi_hostpath.store.db import Store
@@ -38,18 +37,29 @@ class Metrics:
         self.rpc_queued_seconds.labels(method=method).observe(queued)
 
 
+@dataclass(frozen=True, slots=True)
+class StateScope:
+    """What the state gauges read of the daemon's flags: the roles this process serves, and the
+    ages past which a node counts as gone, then lost."""
+
+    controller: bool  # the ledger's gauges and the audit counters
+    node_id: str | None  # the node whose loop devices are counted; None: no node role here
+    node_grace: float
+    node_lost_after: float
+
+
 class StateCollector(Collector):
-    def __init__(self, config: Config, store: Store, layout: PoolLayout, system: System) -> None:
-        self.config = config
+    def __init__(self, scope: StateScope, store: Store, layout: PoolLayout, system: System) -> None:
+        self.scope = scope
         self.store = store
         self.layout = layout
         self.system = system
 
     def collect(self) -> Iterator[Metric]:
-        if self.config.serves_controller:
+        if self.scope.controller:
             yield from self._controller()
-        if self.config.serves_node:
-            devices = self.system.loop.list(loop_tag_prefix(self.config.node_id))
+        if self.scope.node_id is not None:
+            devices = self.system.loop.list(loop_tag_prefix(self.scope.node_id))
             g = GaugeMetricFamily(
                 f"{PREFIX}_loop_devices_attached", "Loop devices this node plugin has attached"
             )
@@ -73,7 +83,7 @@ class StateCollector(Collector):
         stale = sum(
             1
             for p in publications
-            if p.node_id not in beats or beats[p.node_id].age(now) >= self.config.node_grace
+            if p.node_id not in beats or beats[p.node_id].age(now) >= self.scope.node_grace
         )
         g = GaugeMetricFamily(
             f"{PREFIX}_stale_publications",
@@ -87,7 +97,7 @@ class StateCollector(Collector):
             "Volumes whose node is lost (forgotten by an operator, or silent past "
             "--node-lost-after): their data was on that node only",
         )
-        g.add_metric([], len(lost_volumes(self.store, self.layout, self.config.node_lost_after)))
+        g.add_metric([], len(lost_volumes(self.store, self.layout, self.scope.node_lost_after)))
         yield g
         audit = self.store.audit_counts()
         for action, name, text in (
@@ -134,7 +144,7 @@ def _by_method(registry: CollectorRegistry, name: str, description: str) -> Hist
     )
 
 
-def build_metrics(config: Config, store: Store, layout: PoolLayout, system: System) -> Metrics:
+def build_metrics(scope: StateScope, store: Store, layout: PoolLayout, system: System) -> Metrics:
     registry = CollectorRegistry()
     rpc_total = Counter(
         f"{PREFIX}_rpc",
@@ -146,5 +156,5 @@ def build_metrics(config: Config, store: Store, layout: PoolLayout, system: Syst
     rpc_queued_seconds = _by_method(
         registry, "rpc_queued_seconds", "Time a CSI call waited for an executor thread, by method"
     )
-    registry.register(StateCollector(config, store, layout, system))
+    registry.register(StateCollector(scope, store, layout, system))
     return Metrics(registry, rpc_total, rpc_seconds, rpc_queued_seconds)

@@ -6,21 +6,22 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from csi_hostpath.daemon.config import Config
 from csi_hostpath.store import probe
 from csi_hostpath.system.base import System
 
 
 class Readiness:
     """Why the driver is not ready (empty when it is): what Probe and the gRPC health service
-    answer. system is the node's system layer, None in a controller-only process: its machine
-    checks (loop devices, tools) are the node's."""
+    answer. node_system is the node's system layer, None in a controller-only process: its
+    machine checks (loop devices, tools) are the node's."""
 
-    def __init__(self, config: Config, db_path: Path, system: System | None) -> None:
+    def __init__(
+        self, db_path: Path, state_dir: Path, pool_dir: Path, node_system: System | None
+    ) -> None:
         self.db_path = db_path
-        self.state_dir = config.state_dir
-        self.pool_dir = config.pool_dir
-        self.system = system if config.serves_node else None
+        self.state_dir = state_dir
+        self.pool_dir = pool_dir
+        self.system = node_system
 
     def problems(self) -> list[str]:
         found = []

@@ -7,7 +7,8 @@ own mount namespace (/data, say), so a path under the target never matches, whil
 what its cwd or fd points at does. psutil lists the processes and names them (the full name where
 /proc/PID/comm is cut at 15 bytes, and it handles processes that exit mid-scan); the links
 /proc/PID/{cwd,root,fd/N} are stat'ed through, and /proc/PID/maps gives each mapping's device,
-which psutil does not expose.
+which psutil does not expose. psutil is imported by the scans themselves: an idle node plugin
+does not hold its 1.4 MiB (tests/unit/test_role_imports.py).
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
-
-import psutil
 
 from csi_hostpath.system.base import Holder
 
@@ -79,6 +78,8 @@ def _how(pid: int, wanted: Callable[[os.stat_result], bool], device: int) -> str
 
 
 def _name(pid: int) -> str:
+    import psutil
+
     try:
         return psutil.Process(pid).name() or "?"
     except psutil.Error:  # exited meanwhile, or not ours to read
@@ -88,6 +89,8 @@ def _name(pid: int) -> str:
 def _scan(wanted: Callable[[os.stat_result], bool], device: int) -> list[Holder]:
     # Only the holders are named: psutil's name() costs a few reads per process, and a node can
     # run thousands of them (docs/benchmarks.md, "Who holds a busy mount").
+    import psutil
+
     me = os.getpid()
     found: list[Holder] = []
     for pid in psutil.pids():
@@ -111,6 +114,8 @@ def _mounted_elsewhere(device: int) -> list[Holder]:
     copy of a mount made before it was unmounted here (unshare, a container's start) keeps the
     device's filesystem in use though no mount here shows it."""
     wanted = f"{os.major(device)}:{os.minor(device)}"
+    import psutil
+
     seen = {_mount_namespace("self")}
     found: list[Holder] = []
     for pid in psutil.pids():

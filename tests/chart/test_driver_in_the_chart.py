@@ -44,7 +44,10 @@ def test_probe_is_ready_false_until_the_driver_has_started(
     store = Store(tmp_path / "state.db")
     started = threading.Event()
     try:
-        identity = IdentityServicer(config, Readiness(config, store.path, None), started)
+        readiness = Readiness(store.path, config.state_dir, config.pool_dir, None)
+        identity = IdentityServicer(
+            config.driver_name, config.serves_controller, config.pool_scope, readiness, started
+        )
         assert not identity.Probe(pb.ProbeRequest(), None).ready.value
     finally:
         store.close()

@@ -1,7 +1,7 @@
 """A loop device detached behind the driver's back shows abnormal at once, on real devices.
 
 On real loop devices through a real driver: `losetup -d` of a staged block volume's
-device shows as abnormal at once (the kernel's uevent through pyudev), in the log and in
+device shows as abnormal at once (the kernel's uevent on its netlink socket), in the log and in
 `inspect`, well before the next periodic heartbeat. Fake twin: tests/unit/test_device_watch.py."""
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Loop.watch on the fake and the real kernel: a detached loop device is reported.
 
 Loop.watch on the fake and the real kernel: a detach of a loop device is reported, with the
-device's path, from a background thread (the real one hears the kernel's uevent via pyudev)."""
+device's path, from a background thread (the real one hears the kernel's uevent on its netlink
+socket)."""
 
 from __future__ import annotations
 
@@ -108,16 +109,16 @@ def test_a_detach_right_after_watch_is_heard_however_late_its_thread_starts(
     """On a busy machine the watch's thread may start after the caller has already detached: the
     kernel's uevent must still be heard. The thread is made late on purpose here."""
     if not env.real:
-        pytest.skip("the real watch's thread (pyudev's observer)")
-    import pyudev
+        pytest.skip("the real watch's thread (reading the kernel's netlink socket)")
+    from csi_hostpath.system.linux import uevents
 
-    run = pyudev.MonitorObserver.run
+    listen = uevents._listen
 
-    def late_run(self: Any) -> None:
+    def late_listen(*args: Any) -> None:
         time.sleep(0.5)
-        run(self)
+        listen(*args)
 
-    monkeypatch.setattr(pyudev.MonitorObserver, "run", late_run)
+    monkeypatch.setattr(uevents, "_listen", late_listen)
     with _a_device_nobody_else_takes(env.file("vol", EXT4_SIZE)) as device:
         detached = threading.Event()
 

@@ -9,6 +9,8 @@ from typing import Any
 
 from csi_hostpath.cli import build_parser, config_from_args
 from csi_hostpath.daemon.config import Config, Mode
+from csi_hostpath.daemon.controller_role import controller_context as make_controller_context
+from csi_hostpath.daemon.node_role import node_context as make_node_context
 from csi_hostpath.daemon.server import Driver, build_driver, start
 from csi_hostpath.service.controller.controller_context import ControllerContext
 from csi_hostpath.service.node.node_context import NodeContext
@@ -47,7 +49,7 @@ def node_context(
 ) -> NodeContext:
     """What a node's parts share, from a Config of the defaults: for a test of one part."""
     config = Config(f"unix://{state_dir}/csi.sock", node_id, state_dir, layout.root)
-    return NodeContext.from_config(config, store, system, layout)
+    return make_node_context(config, store, system, layout)
 
 
 def controller_context(
@@ -58,4 +60,4 @@ def controller_context(
     config = Config(
         "unix:///unused", node_id, layout.root.parent, layout.root, mode=Mode.CONTROLLER, **flags
     )
-    return ControllerContext.from_config(config, store, system, layout)
+    return make_controller_context(config, store, system, layout)

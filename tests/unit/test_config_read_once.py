@@ -1,8 +1,11 @@
-"""Each role reads the Config in one place, its context's from_config.
+"""Each role reads the Config in one place, its context's maker in daemon/.
 
-Each role reads the Config in one place: no module of service/controller or service/node reads
-an attribute of a Config outside its context's from_config (ControllerContext, NodeContext). A
-part takes the context, and a flag it needs is a field there.
+Each role reads the Config in one place: the daemon's maker of its context
+(daemon/node_role.py's node_context, daemon/controller_role.py's controller_context) reads the
+flags into the typed context (NodeContext, ControllerContext), and no module of service/controller
+or service/node reads an attribute of a Config, or takes one. A part takes the context, and a flag
+it needs is a field there. (That service/ cannot even import the Config is
+tests/unit/test_layering.py's.)
 
 A Config is a name `config`, an attribute `.config` (self.config), or a parameter annotated
 Config under any name. The check runs on the package, and on small modules written here with one
@@ -18,7 +21,11 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "csi_hostpath"
 ROLES = ("service/controller", "service/node")
-MAKER = "from_config"
+# Where the daemon makes each role's context from the Config: (module, maker, context).
+MAKERS = (
+    ("daemon/node_role.py", "node_context", "NodeContext"),
+    ("daemon/controller_role.py", "controller_context", "ControllerContext"),
+)
 
 
 def _config_params(tree: ast.Module) -> set[str]:
@@ -41,34 +48,25 @@ def _is_config(node: ast.expr, names: set[str]) -> bool:
 
 
 def config_reads(source: str, module: str) -> list[str]:
-    """Every read of a Config's attribute outside from_config, as module:line text."""
+    """Every read of a Config's attribute, as module:line text."""
     tree = ast.parse(source, module)
-    allowed = {
-        id(sub)
-        for func in ast.walk(tree)
-        if isinstance(func, ast.FunctionDef) and func.name == MAKER
-        for sub in ast.walk(func)
-    }
     names = {"config"} | _config_params(tree)
     found = [
         (node.lineno, f"{module}:{node.lineno} reads {ast.unparse(node)}")
         for node in ast.walk(tree)
-        if isinstance(node, ast.Attribute)
-        and id(node) not in allowed
-        and _is_config(node.value, names)
+        if isinstance(node, ast.Attribute) and _is_config(node.value, names)
     ]
     return [text for _, text in sorted(found)]
 
 
 def config_takers(source: str, module: str) -> list[str]:
-    """Every function but from_config with a parameter annotated Config, as module:line text:
-    a part takes its role's context, so the daemon hands the Config to the maker alone."""
+    """Every function with a parameter annotated Config, as module:line text: a part takes its
+    role's context, so the daemon hands the Config to its maker alone."""
     tree = ast.parse(source, module)
     return [
         f"{module}:{func.lineno} {func.name} takes a Config"
         for func in ast.walk(tree)
         if isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef)
-        and func.name != MAKER
         and _config_params(ast.Module(body=[func], type_ignores=[]))
     ]
 
@@ -91,7 +89,7 @@ def role_violations(root: Path = PACKAGE) -> list[str]:
     return found
 
 
-def test_each_role_reads_the_config_only_in_its_contexts_from_config() -> None:
+def test_no_part_of_a_role_reads_the_config() -> None:
     found = role_violations()
     assert found == [], "\n".join(found)
 
@@ -103,22 +101,27 @@ def test_no_part_of_a_role_takes_the_config() -> None:
 
 def test_a_part_that_takes_the_config_is_found() -> None:
     body = (
-        "class Ctx:\n"
-        "    @classmethod\n"
-        "    def from_config(cls, config: Config) -> object:\n"
-        "        return cls(config.node_id)\n"
         "class Service:\n"
-        "    def __init__(self, config: 'Config', store) -> None:\n"
-        "        self.ctx = Ctx.from_config(config)\n"
+        "    def __init__(self, ctx, store) -> None:\n"
+        "        self.ctx = ctx\n"
+        "def make(config: 'Config', store) -> Service:\n"
+        "    return Service(None, store)\n"
     )
     found = config_takers(HEAD + body, "service.node.example")
-    assert found == ["service.node.example:7 __init__ takes a Config"], found
+    assert found == ["service.node.example:5 make takes a Config"], found
 
 
 def test_each_role_has_its_one_reader() -> None:
-    for role, context in (("controller", "controller_context"), ("node", "node_context")):
-        source = (PACKAGE / "service" / role / f"{context}.py").read_text()
-        assert f"def {MAKER}(" in source, role
+    """The daemon's maker of each context is the one place it is made: no other module builds
+    a NodeContext or a ControllerContext (the tests' builders call the makers)."""
+    for module, maker, context in MAKERS:
+        assert f"def {maker}(" in (PACKAGE / module).read_text(), module
+        builders = [
+            str(path.relative_to(PACKAGE))
+            for path in sorted(PACKAGE.rglob("*.py"))
+            if f"{context}(" in path.read_text()
+        ]
+        assert builders == [module], (context, builders)
 
 
 HEAD = "from csi_hostpath.daemon.config import Config\n"
@@ -160,16 +163,3 @@ HEAD = "from csi_hostpath.daemon.config import Config\n"
 def test_each_deliberate_read_is_found(body: str, expected: str) -> None:
     found = config_reads(HEAD + body, "service.controller.example")
     assert len(found) == 1 and expected in found[0], found
-
-
-def test_the_makers_reads_and_passing_the_config_on_are_allowed() -> None:
-    body = (
-        "class Ctx:\n"
-        "    @classmethod\n"
-        "    def from_config(cls, config: Config, store) -> object:\n"
-        "        return cls(config.node_id, config.pool_scope, store)\n"
-        "class Service:\n"
-        "    def __init__(self, config: Config, store) -> None:\n"
-        "        self.ctx = Ctx.from_config(config, store)\n"
-    )
-    assert config_reads(HEAD + body, "service.node.example") == []

@@ -7,13 +7,25 @@ not add a second row either."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from prometheus_client import generate_latest
 
 from csi_hostpath.daemon.server import Driver
 from tests import helpers as h
 from tests.conftest import Client
+from tests.unit.builders import quiet_fake_driver
+
+
+@pytest.fixture
+def counted(tmp_path: Path) -> Iterator[tuple[Driver, Client]]:
+    """A driver in --mode all with its metrics, which it keeps only where an address serves
+    them."""
+    extra = ["--metrics-address", "127.0.0.1:0"]
+    with quiet_fake_driver(tmp_path, capacity_bytes=256 << 20, extra=extra) as pair:
+        yield pair
 
 
 def _fence_one(driver: Driver, client: Client, tmp_path: Path) -> str:
@@ -31,13 +43,16 @@ def _fence_one(driver: Driver, client: Client, tmp_path: Path) -> str:
 
 
 def _fence_counter(driver: Driver) -> float:
+    assert driver.metrics is not None
     text = generate_latest(driver.metrics.registry).decode()
     line = next(x for x in text.splitlines() if x.startswith("csi_hostpath_fenced_volumes_total"))
     return float(line.split()[-1])
 
 
-def test_a_fence_in_mode_all_is_audited_once(drv: tuple[Driver, Client], tmp_path: Path) -> None:
-    driver, client = drv
+def test_a_fence_in_mode_all_is_audited_once(
+    counted: tuple[Driver, Client], tmp_path: Path
+) -> None:
+    driver, client = counted
     volume_id = _fence_one(driver, client, tmp_path)
     assert driver.ledger is not None
     driver.ledger.import_events()

@@ -10,9 +10,12 @@ The package's layers, read from its source with ast: cli -> daemon -> api -> ser
   other, and the modules they share at service/'s root import neither.
 - Nothing below api/ imports api/.
 - cli/ is the top: no module imports it but __main__.
-- daemon/ imports only daemon/, api/, service/, store/, system/, core/ and the stubs. api/,
-  service/, store/ and system/ import nothing of daemon/ but daemon/config.py, the frozen record
-  the daemon builds and hands down.
+- daemon/ imports only daemon/, api/, service/, store/, system/, core/ and the stubs. Nothing
+  below it (api/, service/, core/, store/, system/, and doctor/, which `csi-hostpath doctor`
+  runs beside the daemon's layers) imports daemon/ or cli/, the Config included: the daemon
+  reads the Config into typed values (each role's context, Readiness's paths, the Identity
+  servicer's name and capabilities, the metrics' scope), and the value types both need
+  (PoolScope) live in core/.
 - client/ (what a caller of the driver sends) imports only client/, core/ and the stubs.
 - Only store/ runs SQL: outside it, no module imports sqlite3 (core/ classifies sqlite's errors
   by their module name), calls .execute() or ._tx(), or holds a string of SQL.
@@ -98,24 +101,23 @@ def _service_package(root: Path, module: str) -> str:
 
 DAEMON_MAY_IMPORT = ("daemon", "api", "service", "store", "system", "core", "_pb")
 CLIENT_MAY_IMPORT = ("client", "core", "_pb")
-BELOW_DAEMON = ("api", "service", "store", "system")
+# Below daemon/ and cli/: none of these imports either, not even daemon/config.py.
+BELOW_DAEMON = ("api", "service", "core", "store", "system", "doctor")
 
 
 def _role_violations(module: str, imported: str) -> Iterator[str]:
     """The edges of cli/, daemon/ and client/, for an import of the package's own."""
     if _within(imported, "cli"):
-        if not _within(module, "cli") and module != "__main__":
+        if any(_within(module, layer) for layer in BELOW_DAEMON):
+            yield f"{module} imports {imported}: cli/ is above it"
+        elif not _within(module, "cli") and module != "__main__":
             yield f"{module} imports {imported}: cli/ is the top, only __main__ calls it"
         return
     if _within(module, "daemon") and not any(_within(imported, x) for x in DAEMON_MAY_IMPORT):
         yield f"{module} (daemon) imports {imported}, outside the daemon's layers"
     if _within(module, "client") and not any(_within(imported, x) for x in CLIENT_MAY_IMPORT):
         yield f"{module} (client) imports {imported}: a client needs only core/ and the stubs"
-    if (
-        any(_within(module, layer) for layer in BELOW_DAEMON)
-        and _within(imported, "daemon")
-        and imported != "daemon.config"
-    ):
+    if any(_within(module, layer) for layer in BELOW_DAEMON) and _within(imported, "daemon"):
         yield f"{module} imports {imported}: daemon/ is above it"
 
 
@@ -190,7 +192,7 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
     root = tmp_path / "pkg"
     for name in (
         *("core", "store", "system", "service/node", "service/controller", "api"),
-        *("cli", "daemon", "client", "volume_cli"),
+        *("cli", "daemon", "client", "volume_cli", "doctor"),
     ):
         (root / name).mkdir(parents=True, exist_ok=True)
         (root / name / "__init__.py").write_text("")
@@ -230,12 +232,23 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
         ),
         ("service/node/stage.py", "import pkg.service.controller\n", "another service package"),
         ("daemon/server.py", "from pkg.cli.parser import build_parser\n", "cli/ is the top"),
-        ("api/node.py", "from pkg import cli\n", "cli/ is the top"),
+        ("api/node.py", "from pkg import cli\n", "cli/ is above it"),
+        ("volume_cli/main.py", "from pkg import cli\n", "cli/ is the top"),
         ("daemon/server.py", "from pkg.volume_cli import run\n", "(daemon) imports volume_cli"),
         ("client/requests.py", "from pkg.api.status import rpc\n", "(client) imports api"),
         ("client/requests.py", "import pkg.store.db\n", "(client) imports store"),
         ("service/node/stage.py", "from pkg.daemon.server import Driver\n", "daemon/ is above"),
         ("api/node.py", "from pkg.daemon import endpoint\n", "daemon/ is above it"),
+        # The Config itself: a role takes typed values, and doctor/ sits below the daemon too.
+        (
+            "service/node/ctx.py",
+            "from pkg.daemon.config import Config\n",
+            "daemon/ is above it",
+        ),
+        ("service/metrics.py", "import pkg.daemon.config\n", "daemon/ is above it"),
+        ("doctor/state.py", "from pkg.daemon.config import Mode\n", "daemon/ is above it"),
+        ("store/db.py", "from pkg.cli.lookup import open_state\n", "cli/ is above it"),
+        ("doctor/report.py", "from pkg.cli import parser\n", "cli/ is above it"),
     ],
 )
 def test_each_layer_rule_finds_a_deliberate_violation(
@@ -246,11 +259,21 @@ def test_each_layer_rule_finds_a_deliberate_violation(
     assert len(found) == 1 and expected in found[0], found
 
 
-def test_the_daemons_config_record_may_be_handed_down(tmp_path: Path) -> None:
-    (tmp_path / "pkg" / "daemon").mkdir(parents=True)
-    (tmp_path / "pkg" / "daemon" / "config.py").write_text("")
-    root = _tree(tmp_path, {"service/node/stage.py": "from pkg.daemon.config import Config\n"})
-    assert layer_violations(root, "pkg") == []
+def climbing_imports(root: Path = PACKAGE, package: str = "csi_hostpath") -> list[str]:
+    """Every import of daemon/ or cli/ by a module below them, as "module imports name"."""
+    return sorted(
+        f"{module} imports {imported}"
+        for module, path in _modules(root)
+        if any(_within(module, layer) for layer in BELOW_DAEMON)
+        for imported in set(_imports(root, path, package))
+        if _within(imported, "daemon") or _within(imported, "cli")
+    )
+
+
+def test_no_import_climbs_to_the_daemon_or_the_cli() -> None:
+    """service/, core/, store/, system/, api/ and doctor/ import nothing of daemon/ or cli/."""
+    found = climbing_imports()
+    assert found == [], "\n".join(found)
 
 
 @pytest.mark.parametrize(

@@ -1,12 +1,13 @@
-"""What the controller's parts share, made once from the Config: the one place the controller role
-reads its flags. Each part takes the context and keeps what it uses, so beside it a constructor
-names only the part's own collaborators (the capacity book, the freeze, the freeze channel)."""
+"""What the controller's parts share, made once by the daemon from its Config
+(daemon/controller_role.py, the one place the controller role's flags are read). Each part takes
+the context and keeps what it uses, so beside it a constructor names only the part's own
+collaborators (the capacity book, the freeze, the freeze channel)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from csi_hostpath.daemon.config import Config, PoolScope
+from csi_hostpath.core.model import PoolScope
 from csi_hostpath.service.inflight import InFlight
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool_layout import PoolLayout
@@ -32,24 +33,3 @@ class ControllerContext:
     node_grace: float
     node_lost_after: float
     max_freeze_seconds: float
-
-    @classmethod
-    def from_config(
-        cls, config: Config, store: Store, system: System, layout: PoolLayout
-    ) -> ControllerContext:
-        return cls(
-            node_id=config.node_id,
-            store=store,
-            system=system,
-            layout=layout,
-            inflight=InFlight(),
-            pool_scope=config.pool_scope,
-            topology_key=config.topology_key,
-            own_node=config.node_id if config.serves_node else None,
-            max_volume_size=config.max_volume_size,
-            max_volumes_per_node=config.max_volumes_per_node,
-            overcommit_ratio=config.overcommit_ratio,
-            node_grace=config.node_grace,
-            node_lost_after=config.node_lost_after,
-            max_freeze_seconds=config.max_freeze_seconds,
-        )

@@ -28,11 +28,17 @@ from csi_hostpath.core.errors import (
     Unsupported,
     VolumeNotFound,
 )
-from csi_hostpath.core.model import Capability, ContentSource, Snapshot, Volume
+from csi_hostpath.core.model import (
+    Capability,
+    ContentSource,
+    PoolScope,
+    Snapshot,
+    TopologyRequirement,
+    Volume,
+)
 from csi_hostpath.core.mutable import Tuning
 from csi_hostpath.core.naming import is_snapshot_id, is_volume_id, new_volume_id
 from csi_hostpath.core.quantity import describe_bytes
-from csi_hostpath.daemon.config import PoolScope
 from csi_hostpath.service.controller._log import log
 from csi_hostpath.service.controller.backing_files import discard, making
 from csi_hostpath.service.controller.controller_context import ControllerContext
@@ -41,7 +47,6 @@ from csi_hostpath.service.controller.pool_capacity import Capacity
 from csi_hostpath.service.controller.reentrant_freeze import Freeze
 from csi_hostpath.service.controller.snapshots import Snapshots
 from csi_hostpath.service.controller.topology import (
-    TopologyRequirement,
     choose_segment,
     missing_source,
     serves,

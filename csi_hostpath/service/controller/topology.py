@@ -11,8 +11,7 @@ ProvisioningReschedule, so the scheduler picks another node).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 
 from csi_hostpath.core.errors import (
     SnapshotNotFound,
@@ -20,15 +19,9 @@ from csi_hostpath.core.errors import (
     TopologyUnsatisfiable,
     VolumeNotFound,
 )
+from csi_hostpath.core.model import PoolScope, TopologyRequirement
 from csi_hostpath.core.naming import snapshot_home
-from csi_hostpath.daemon.config import PoolScope
 from csi_hostpath.service.controller.controller_context import ControllerContext
-
-
-@dataclass(frozen=True, slots=True)
-class TopologyRequirement:
-    requisite: Sequence[Mapping[str, str]] = ()
-    preferred: Sequence[Mapping[str, str]] = ()
 
 
 def serves(ctx: ControllerContext, segment: Mapping[str, str]) -> bool:

@@ -1,6 +1,7 @@
-"""What the node plugin's parts share, made once from the Config: the one place the node role
-reads its flags. Each part takes the context and keeps what it uses, so beside it a constructor
-names only the part's own collaborators (the mounts, the agent, the freezes)."""
+"""What the node plugin's parts share, made once by the daemon from its Config
+(daemon/node_role.py, the one place the node role's flags are read). Each part takes the context
+and keeps what it uses, so beside it a constructor names only the part's own collaborators (the
+mounts, the agent, the freezes)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from csi_hostpath.daemon.config import Config, PoolScope
 from csi_hostpath.service.inflight import InFlight
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool_layout import PoolLayout
@@ -35,27 +35,3 @@ class NodeContext:
     fence_interval: float
     node_grace: float
     max_freeze_seconds: float
-
-    @classmethod
-    def from_config(
-        cls, config: Config, store: Store, system: System, layout: PoolLayout
-    ) -> NodeContext:
-        local = config.pool_scope == PoolScope.LOCAL
-        return cls(
-            node_id=config.node_id,
-            store=store,
-            system=system,
-            layout=layout,
-            inflight=InFlight(),
-            state_dir=config.state_dir,
-            pool_dir=config.pool_dir,
-            topology={config.topology_key: config.node_id} if local else {},
-            max_volumes_per_node=config.max_volumes_per_node,
-            max_volume_size=config.max_volume_size,
-            allow_inline_volumes=config.allow_inline_volumes,
-            max_inline_size=config.max_inline_size,
-            heartbeat_interval=config.heartbeat_interval,
-            fence_interval=config.fence_interval,
-            node_grace=config.node_grace,
-            max_freeze_seconds=config.max_freeze_seconds,
-        )

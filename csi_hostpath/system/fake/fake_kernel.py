@@ -107,7 +107,7 @@ class FakeKernel:
     # node it has open) and who it is. They keep mounts busy and devices open, as real ones do.
     processes: list[tuple[str, Holder]] = field(default_factory=list)
     # Loop.watch callbacks: told of every device added or dropped, from a thread of their own,
-    # as the real watch is (a uevent arrives on pyudev's thread).
+    # as the real watch is (a uevent arrives on the netlink socket's thread).
     watchers: list[Callable[[str], None]] = field(default_factory=list)
     # How many loop devices the kernel can have (LinuxLoop reads it from the minor space).
     loop_ceiling: int = 1 << 20
