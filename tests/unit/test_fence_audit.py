@@ -12,8 +12,8 @@ from pathlib import Path
 from prometheus_client import generate_latest
 
 from csi_hostpath.daemon.server import Driver
-from tests import helpers as h
 from tests.conftest import Client
+from tests.support import helpers as h
 
 
 def _fence_one(driver: Driver, client: Client, tmp_path: Path) -> str:

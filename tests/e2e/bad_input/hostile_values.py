@@ -6,8 +6,8 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from csi_hostpath.core.quantity import QuantityError, parse_bytes
-from tests import helpers as h
-from tests.needs import fs_available
+from tests.support import helpers as h
+from tests.support.needs import fs_available
 
 SAFE_MOUNT_FLAGS = ("noatime", "nodiratime", "relatime", "sync", "nodev", "nosuid", "noexec")
 
