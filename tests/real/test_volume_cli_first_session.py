@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from csi_hostpath.volume_cli.sizes import format_bytes
+from csi_hostpath.core.sizes import format_bytes
 from tests.support import helpers as h
 from tests.support.volume_cli_runner import Cli
 

@@ -29,7 +29,7 @@ from csi_hostpath.core.errors import (
 )
 from csi_hostpath.core.model import Capability, ContentSource, Snapshot, Volume
 from csi_hostpath.core.naming import is_snapshot_id, is_volume_id, new_volume_id
-from csi_hostpath.core.quantity import describe_bytes
+from csi_hostpath.core.sizes import describe_bytes
 from csi_hostpath.daemon.config import PoolScope
 from csi_hostpath.service.controller._log import log
 from csi_hostpath.service.controller.controller_context import ControllerContext
