@@ -10,8 +10,8 @@ PYTEST_ARGS ?=
 # the checkout by tools/go-tools.sh; see tests/conformance.
 CSI_SANITY ?= $(shell bash tools/go-tools.sh path csi-sanity)
 
-.PHONY: help install system-deps go-tools proto run demo doctor test unit lint typecheck clean \
-	clean-volumes
+.PHONY: help install system-deps go-tools proto run demo doctor test unit lint shell-scripts \
+	typecheck clean clean-volumes
 
 .DEFAULT_GOAL := help
 # Deployment, reliability and benchmark targets live in their own fragments.
@@ -63,12 +63,19 @@ doctor: install  ## check this machine (loop devices, tools, kernel, pool) and s
 	$(VENV)/bin/csi-hostpath doctor --state-dir $(RUN_DIR)/state --endpoint $(ENDPOINT)
 
 # The venv's ruff, the one `install` put there, so the format check is the same everywhere.
-lint: install  ## ruff check, ruff format --check (every Python file), mypy --strict on the package and tests
+lint: install  ## ruff check, ruff format --check (every Python file), mypy --strict, shellcheck (every shell script)
 	$(VENV)/bin/ruff check csi_hostpath tests
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/shellcheck -x tools/*.sh tools/cluster/*.sh tools/cluster/images/*.sh tools/kind/*.sh \
-		tools/kind/node/*.sh tools/kind/runc-caps .ci/run
+	$(VENV)/bin/shellcheck -x $(SHELL_SCRIPTS)
+
+# Every shell script git tracks: each *.sh, and each file whose first line runs sh or bash (".!"
+# stands for the shebang's two characters: a number sign would start a comment in older makes).
+SHELL_SCRIPTS = $(shell git ls-files -z | xargs -0 awk \
+	'FNR == 1 { if (FILENAME ~ /\.sh$$/ || $$0 ~ /^.!.*[\/ ](ba)?sh( |$$)/) print FILENAME; nextfile }')
+
+shell-scripts:  ## list the shell scripts `make lint` runs shellcheck on
+	@printf '%s\n' $(SHELL_SCRIPTS)
 
 typecheck: lint  ## alias of lint
 

@@ -16,7 +16,6 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -263,14 +262,3 @@ def rss_idle(pid: int, seconds: float = 1.0) -> int:
         samples.append(process.memory_info().rss)
         time.sleep(0.05)
     return int(statistics.median(samples))
-
-
-@contextlib.contextmanager
-def timed() -> Iterator[list[float]]:
-    """with timed() as t: ...; t[0] is the elapsed seconds afterwards."""
-    box: list[float] = []
-    start = time.perf_counter()
-    try:
-        yield box
-    finally:
-        box.append(time.perf_counter() - start)

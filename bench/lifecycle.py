@@ -22,17 +22,6 @@ from bench.harness import Stubs, cap_for
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.client import csi_requests as rq
 
-STEPS = (
-    "CreateVolume",
-    "ControllerPublishVolume",
-    "NodeStageVolume",
-    "NodePublishVolume",
-    "NodeUnpublishVolume",
-    "NodeUnstageVolume",
-    "ControllerUnpublishVolume",
-    "DeleteVolume",
-)
-
 
 @dataclass
 class Volume:

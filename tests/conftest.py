@@ -18,8 +18,8 @@ from typing import Any
 import grpc
 import pytest
 
-from tests import helpers
-from tests.kernel import cleanup_kernel, sweep_deferred
+from tests.support import helpers
+from tests.support.kernel import cleanup_kernel, sweep_deferred
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -295,9 +295,9 @@ def layered_driver(request: pytest.FixtureRequest, workdir: Path) -> Iterator[Cl
 
 @pytest.fixture
 def cli(spawn: Any, workdir: Path) -> Iterator[Any]:
-    """`csi-hostpath volume` as a shell session runs it (tests/volume_cli_runner.py), against a
-    real driver process found through $CSI_HOSTPATH_ENDPOINT, records in WORKDIR/run."""
-    from tests.volume_cli_runner import Cli
+    """`csi-hostpath volume` as a shell session runs it (tests/support/volume_cli_runner.py),
+    against a real driver process found through $CSI_HOSTPATH_ENDPOINT, records in WORKDIR/run."""
+    from tests.support.volume_cli_runner import Cli
 
     spawn("drv")
     root = workdir / "session"

@@ -27,10 +27,10 @@ VOLUME_FILTER_HELP = "a volume ID, or its name (default empty: every volume)"
 
 def _size(text: str) -> int:
     """A size in bytes as a Kubernetes quantity: 0, 10737418240, 10Gi, 1.5Ti, 1e12."""
-    from csi_hostpath.core.quantity import QuantityError, parse_bytes
+    from csi_hostpath.core.sizes import QuantityError, parse_size
 
     try:
-        return parse_bytes(text)
+        return parse_size(text)
     except QuantityError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from csi_hostpath.core.sizes import format_bytes
 from csi_hostpath.store.backing.file_identity import read_identity
 from csi_hostpath.system import runner
 from csi_hostpath.system.system_errors import CommandError
 from csi_hostpath.volume_cli.exit_codes import BUSY
 from csi_hostpath.volume_cli.kernel import loops_backed_below, mount_source, mounts_below
 from csi_hostpath.volume_cli.records import Records, RecordsError, RecordsFile
-from csi_hostpath.volume_cli.sizes import format_bytes
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 from csi_hostpath.core.errors import CapacityOutOfRange, Incompatible, InvalidRequest, Unsupported
 from csi_hostpath.core.model import AccessMode, AccessType, Capability, ContentSource, Volume
-from csi_hostpath.core.quantity import describe_bytes
+from csi_hostpath.core.sizes import describe_bytes
 
 SUPPORTED_FS_TYPES = ("ext4", "xfs")
 DEFAULT_FS_TYPE = "ext4"

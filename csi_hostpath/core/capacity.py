@@ -10,11 +10,9 @@ too, from numbers the service measured: no I/O in this module."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass
 
 from csi_hostpath.core.errors import DriverError, NoCapacity
-from csi_hostpath.core.quantity import describe_bytes
+from csi_hostpath.core.sizes import describe_bytes
 
 POOL_RESERVE_BYTES = 8 << 20
 
@@ -32,47 +30,11 @@ def refuse_below_reserve(free_bytes: int, action: str, reserve: int = POOL_RESER
 DEFAULT_OVERCOMMIT_RATIO = 1.0
 
 
-@dataclass(frozen=True, slots=True)
-class Held:
-    """One sparse volume as the capacity rule sees it: its size and what it has written."""
-
-    size_bytes: int
-    allocated_bytes: int
-
-    @property
-    def may_grow(self) -> int:
-        """What the volume may still take from the pool (an allocation past the size, from
-        filesystem metadata blocks, promises nothing more)."""
-        return max(0, self.size_bytes - self.allocated_bytes)
-
-
 def check_ratio(ratio: float) -> float:
     """The overcommit ratio: finite and above zero (below 1.0 keeps a margin unpromised)."""
     if not math.isfinite(ratio) or ratio <= 0:
         raise ValueError(f"the overcommit ratio must be a finite number above 0, not {ratio!r}")
     return ratio
-
-
-def promisable(
-    free_bytes: int,
-    volumes: Iterable[Held],
-    ratio: float = DEFAULT_OVERCOMMIT_RATIO,
-    reserve: int = POOL_RESERVE_BYTES,
-) -> int:
-    """Bytes that a new volume may still be promised.
-
-    The pool's room for volumes is its free space plus what volumes have already written; the
-    sizes of all volumes never exceed that room times the ratio. With the ratio at 1.0 this is
-    the free space minus what the existing sparse volumes may still grow into, so a thin pool
-    never promises a byte it can't write. The reserve stays unpromised (teardown's room)."""
-    held = list(volumes)
-    return promisable_sums(
-        free_bytes,
-        sum(min(v.allocated_bytes, v.size_bytes) for v in held),
-        sum(v.size_bytes for v in held),
-        ratio,
-        reserve,
-    )
 
 
 def promisable_sums(
@@ -82,9 +44,16 @@ def promisable_sums(
     ratio: float = DEFAULT_OVERCOMMIT_RATIO,
     reserve: int = POOL_RESERVE_BYTES,
 ) -> int:
-    """promisable() from the two sums it takes of the volumes: what they have written (each
-    counted up to its size) and their sizes. The service keeps both as running totals, so a
-    call costs the same with 10 volumes in the pool or 2,000."""
+    """Bytes that a new volume may still be promised, from two sums over the volumes: what they
+    have written (each counted up to its size: an allocation past the size, from filesystem
+    metadata blocks, promises nothing more) and their sizes.
+
+    The pool's room for volumes is its free space plus what volumes have already written; the
+    sizes of all volumes never exceed that room times the ratio. With the ratio at 1.0 this is
+    the free space minus what the existing sparse volumes may still grow into, so a thin pool
+    never promises a byte it can't write. The reserve stays unpromised (teardown's room). The
+    service keeps both sums as running totals, so a call costs the same with 10 volumes in the
+    pool or 2,000."""
     check_ratio(ratio)
     room = max(0, free_bytes - reserve) + written
     return max(0, math.floor(room * ratio) - promised)

@@ -59,15 +59,6 @@ def writable_dir(path: Path) -> bool:
     return path.is_dir() and os.access(path, os.W_OK | os.X_OK)
 
 
-def human_size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable: the loop returns at TiB")
-
-
 def mount_of(path: Path) -> MountEntry | None:
     """The mount that holds path: the longest mount point above it, topmost if mounts stack."""
     real = os.path.realpath(path)

@@ -10,10 +10,10 @@ import os
 import tempfile
 from pathlib import Path
 
+from csi_hostpath.core.sizes import format_bytes
 from csi_hostpath.doctor.finding import (
     Finding,
     describe_fs,
-    human_size,
     nearest_existing,
     writable_dir,
 )
@@ -37,7 +37,7 @@ def check_pool(pool_dir: Path) -> list[Finding]:
     room = statvfs_stats(str(probe))
     free, total = room.available_bytes, room.total_bytes
     where = "" if probe == pool_dir.absolute() else f" (measured at {probe})"
-    space = f"{human_size(free)} free of {human_size(total)}{where}"
+    space = f"{format_bytes(free)} free of {format_bytes(total)}{where}"
     if free < LOW_SPACE_BYTES:
         findings.append(
             Finding(

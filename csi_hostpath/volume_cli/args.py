@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from csi_hostpath.volume_cli.sizes import QuantityError, parse_size
+from csi_hostpath.core.sizes import QuantityError, parse_quantity, parse_size
 
 ENDPOINT_ENV = "CSI_HOSTPATH_ENDPOINT"
 RUN_DIR_ENV = "CSI_HOSTPATH_RUN_DIR"
@@ -29,9 +29,36 @@ def name_arg(text: str) -> str:
     return text
 
 
+_LARGE_UNITS = ("k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+
+
+def typed_size(text: str) -> int:
+    """A size typed by a person: core/sizes.py's parse_size, and two refusals on top. A fraction
+    of a unit of at least a kilobyte (1.6Gi) is rounded up to a whole byte, as Kubernetes rounds
+    it; a fraction of a byte written without one ("100m" is a tenth of a byte: m is milli;
+    "1.5") is refused: it is nearly always a unit mistyped or left out. And a size is more than
+    0 bytes."""
+    text = text.strip()
+    exact = parse_quantity(text)
+    if exact > 0 and exact.denominator != 1 and not text.endswith(_LARGE_UNITS):
+        number = text.removesuffix("m")
+        hint = (
+            f"; did you mean {number}Mi? (m is milli, a thousandth; Mi is mebibytes, M megabytes)"
+            if text.endswith("m")
+            else "; give whole bytes, or a unit: 512Mi, 1.6Gi"
+        )
+        raise QuantityError(
+            f"{text[:40]!r} is {float(exact):g} bytes, not a whole number of bytes{hint}"
+        )
+    size = parse_size(text)
+    if size <= 0:
+        raise QuantityError(f"{text[:40]!r}: a size must be more than 0 bytes, like 512Mi or 1Gi")
+    return size
+
+
 def size_arg(text: str) -> int:
     try:
-        return parse_size(text)
+        return typed_size(text)
     except QuantityError as e:
         raise argparse.ArgumentTypeError(str(e)) from e
 

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from csi_hostpath._pb import csi_pb2 as pb
+from csi_hostpath.core.sizes import format_bytes
 from csi_hostpath.volume_cli.cli_errors import CliError
 from csi_hostpath.volume_cli.context import Context, volume_named
 from csi_hostpath.volume_cli.copywatch import CopyWatch, allocated
@@ -16,7 +17,6 @@ from csi_hostpath.volume_cli.exit_codes import EXISTS
 from csi_hostpath.volume_cli.kernel import mount_source
 from csi_hostpath.volume_cli.output import Progress, snapshot_json, table, volume_json
 from csi_hostpath.volume_cli.records import SnapshotRecord, VolumeRecord
-from csi_hostpath.volume_cli.sizes import format_bytes
 
 READY_TIMEOUT = 3600.0
 

@@ -10,6 +10,7 @@ from contextlib import suppress
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.core.access import MIN_SIZE, MiB
+from csi_hostpath.core.sizes import describe_bytes, format_bytes
 from csi_hostpath.volume_cli.cli_errors import CliError
 from csi_hostpath.volume_cli.client import capability
 from csi_hostpath.volume_cli.context import Context, volume_named
@@ -17,7 +18,6 @@ from csi_hostpath.volume_cli.copywatch import CopyWatch
 from csi_hostpath.volume_cli.exit_codes import BUSY, EXISTS, NOT_FOUND, USAGE
 from csi_hostpath.volume_cli.output import volume_json
 from csi_hostpath.volume_cli.records import Records, VolumeRecord
-from csi_hostpath.volume_cli.sizes import describe_bytes, format_bytes
 
 
 def _source(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from csi_hostpath.volume_cli.sizes import format_bytes
+from csi_hostpath.core.sizes import format_bytes
 
 
 def allocated(path: Path) -> int | None:

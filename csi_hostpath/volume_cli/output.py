@@ -9,9 +9,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from csi_hostpath.core.request_text import shown
+from csi_hostpath.core.sizes import format_bytes
 from csi_hostpath.volume_cli.cli_errors import CliError
 from csi_hostpath.volume_cli.records import SnapshotRecord, VolumeRecord
-from csi_hostpath.volume_cli.sizes import format_bytes
 
 SCHEMA_VERSION = "csi-hostpath.volume/v1"
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from csi_hostpath.cli.why_cmd import run
-from csi_hostpath.client.why_reads import LEDGER_ANNOTATION, ledger_route
+from csi_hostpath.why.command import run
+from csi_hostpath.why.reads import LEDGER_ANNOTATION, ledger_route
 from tests.chart import chart_tool
 from tests.chart.chart_objects import container, controller_pod, node_pod
 from tests.chart.chart_tool import NAMESPACE, WHY_READER, Rendered

@@ -20,8 +20,8 @@ from csi_hostpath._pb import csi_pb2 as pb
 from tests.e2e.chaos_snap import WRITABLE_WITHIN, Pool, SnapNode
 from tests.e2e.harness import PV, Cluster, Kubelet, Pod
 from tests.e2e.node_runtime import Plugin
-from tests.kernel import loops_backed_under, mounts_under
-from tests.processes import wait_for
+from tests.support.kernel import loops_backed_under, mounts_under
+from tests.support.processes import wait_for
 
 NODES = ("node-a", "node-b")
 SNAP_NODE = "node-c"

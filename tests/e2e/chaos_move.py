@@ -12,11 +12,11 @@ from collections.abc import Callable
 import grpc
 
 from csi_hostpath.client import csi_requests as rq
-from tests import helpers as h
 from tests.e2e.chaos_invariants import DATA_BYTES, NODES, ChaosRun, digest
 from tests.e2e.chaos_snap import WRITABLE_WITHIN, Step
 from tests.e2e.harness import PV, Pod
 from tests.e2e.node_runtime import Backoff
+from tests.support import helpers as h
 
 
 def move_steps(chaos: ChaosRun, i: int) -> tuple[str, list[Step]]:

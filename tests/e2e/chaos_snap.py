@@ -27,9 +27,9 @@ from typing import Any
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.client import csi_requests as rq
-from tests import helpers as h
 from tests.e2e.harness import PV, Attacher, Kubelet, Node, Pod, Provisioner
 from tests.e2e.node_runtime import Plugin
+from tests.support import helpers as h
 
 # The driver's test hook (node_freeze.TEST_HOLD_ENV): every freeze is held this long.
 HOLD_SECONDS = "0.15"

@@ -128,7 +128,7 @@ def make_local_node(
 ) -> Callable[..., Node]:
     """A `--mode all` driver in local pool scope: its own pool, controller and node in one;
     extra flags go to its `serve`. With static_dev, the node's /dev is a kind node's (a tmpfs
-    with copies of a few device nodes, tests/static_dev.py)."""
+    with copies of a few device nodes, tests/support/static_dev.py)."""
 
     def make(name: str, *extra: str, static_dev: bool = False) -> Node:
         flags = ["--mode", "all", "--pool-scope", "local", "--heartbeat-interval", HEARTBEAT]

@@ -23,7 +23,7 @@ from pathlib import Path
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.client import csi_requests as rq
 from tests.e2e.node_runtime import NodeNamespace, Plugin
-from tests.processes import ledger_cli
+from tests.support.processes import ledger_cli
 
 DRIVER_NAME = "loop.hostpath.csi.dev"
 TOPOLOGY_KEY = f"topology.{DRIVER_NAME}/node"

@@ -25,8 +25,8 @@ from typing import Any
 import grpc
 
 from tests.conftest import Client, DriverProcess
-from tests.processes import UNSHARE, mount_points
-from tests.static_dev import static_dev
+from tests.support.processes import UNSHARE, mount_points
+from tests.support.static_dev import static_dev
 
 C = grpc.StatusCode
 RETRYABLE = frozenset({C.ABORTED, C.UNAVAILABLE})
@@ -47,7 +47,8 @@ class Backoff:
 class NodeNamespace:
     """A private mount namespace held open by a sleeping process, standing in for a node's host
     mount namespace: plugins come and go, the namespace and its mounts stay. With static_dev,
-    its /dev is a kind node's: a tmpfs with copies of a few device nodes (tests/static_dev.py)."""
+    its /dev is a kind node's: a tmpfs with copies of a few device nodes
+    (tests/support/static_dev.py)."""
 
     def __init__(self, name: str, *, static_dev: bool = False) -> None:
         self.name = name

@@ -56,7 +56,6 @@ import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.service.node.freeze import TEST_HOLD_ENV
-from tests import helpers as h
 from tests.e2e.chaos_invariants import DATA_BYTES, NODES, SNAP_NODE, ChaosRun, digest
 from tests.e2e.chaos_move import move_steps
 from tests.e2e.chaos_snap import (
@@ -69,6 +68,7 @@ from tests.e2e.chaos_snap import (
     snapshot_source,
 )
 from tests.e2e.harness import Cluster, Node
+from tests.support import helpers as h
 
 # The short run in `make test` (about a minute on a loaded two-CPU machine); `make chaos` sets 200.
 LIFECYCLES = int(os.environ.get("CHAOS_LIFECYCLES", "10"))

@@ -17,9 +17,9 @@ import grpc
 import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
-from tests import helpers as h
 from tests.conftest import Client, DriverProcess
-from tests.kernel import loops_backed_under
+from tests.support import helpers as h
+from tests.support.kernel import loops_backed_under
 
 C = grpc.StatusCode
 MiB = h.MiB

@@ -27,7 +27,6 @@ import pytest
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.client import csi_requests as rq
 from csi_hostpath.store.pool_layout import PoolLayout
-from tests import helpers as h
 from tests.e2e.harness import TOPOLOGY_KEY, Cluster, Node
 from tests.e2e.harness import Pod as PodPaths
 from tests.e2e.k8s_models.adc import MAX_WAIT_FOR_UNMOUNT
@@ -35,8 +34,9 @@ from tests.e2e.k8s_models.clock import SimClock
 from tests.e2e.k8s_models.objects import OUT_OF_SERVICE, Api, Claim
 from tests.e2e.k8s_models.provisioner import ExternalProvisioner
 from tests.e2e.k8s_models.world import World
-from tests.kernel import loops_backed_under
-from tests.processes import wait_for
+from tests.support import helpers as h
+from tests.support.kernel import loops_backed_under
+from tests.support.processes import wait_for
 
 GRACE = "2"
 PVC = "pvc-web-0"

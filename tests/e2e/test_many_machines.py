@@ -26,15 +26,15 @@ import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.core.naming import snapshot_home
-from tests import helpers as h
 from tests.conftest import Client, DriverProcess
 from tests.e2e.harness import unique_node_id
 from tests.e2e.k8s_models.objects import Api, Claim, Node
 from tests.e2e.k8s_models.placement.cluster import ManyMachines
 from tests.e2e.k8s_models.placement.provisioner import CLASS, TOPOLOGY_KEY, NodeProvisioner
 from tests.e2e.k8s_models.placement.scheduler import ERR_REASON_NOT_ENOUGH_SPACE
-from tests.kernel import is_root
-from tests.processes import free_port, metric, wait_for
+from tests.support import helpers as h
+from tests.support.kernel import is_root
+from tests.support.processes import free_port, metric, wait_for
 
 pytestmark = pytest.mark.skipif(not is_root(), reason="mounts a tmpfs per node: needs root")
 GiB = 1 << 30

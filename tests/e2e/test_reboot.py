@@ -13,11 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from csi_hostpath._pb import csi_pb2 as pb
-from tests import helpers as h
 from tests.e2e.harness import PV, Cluster, Kubelet, Pod
-from tests.kernel import loops_backed_under
-from tests.needs import needs_fs
-from tests.processes import wait_for
+from tests.support import helpers as h
+from tests.support.kernel import loops_backed_under
+from tests.support.needs import needs_fs
+from tests.support.processes import wait_for
 
 Mode = pb.VolumeCapability.AccessMode
 MiB = h.MiB

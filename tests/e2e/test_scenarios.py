@@ -19,10 +19,10 @@ import grpc
 import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
-from tests import helpers as h
 from tests.e2e.harness import TOPOLOGY_KEY, Attacher, Cluster, Node, Pod, Provisioner
-from tests.kernel import loops_backed_under, mounts_under
-from tests.processes import wait_for
+from tests.support import helpers as h
+from tests.support.kernel import loops_backed_under, mounts_under
+from tests.support.processes import wait_for
 
 C = grpc.StatusCode
 Mode = pb.VolumeCapability.AccessMode

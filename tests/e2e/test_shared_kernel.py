@@ -6,8 +6,8 @@ adopt, detach, count or report them, its restart's reconcile included; each node
 volumes are its own pool's.
 
 Each node is a kind node's shape: a mount namespace whose /dev is a tmpfs with copies of a few
-device nodes (tests/static_dev.py), its plugin a `--mode all` driver in local pool scope, its
-pool a tmpfs of its own size. node-a stages three volumes and node-b two, more loop devices
+device nodes (tests/support/static_dev.py), its plugin a `--mode all` driver in local pool scope,
+its pool a tmpfs of its own size. node-a stages three volumes and node-b two, more loop devices
 than either /dev had nodes for. node-b then restarts with its state lost: its reconcile can't
 see node-a's mounts (another mount namespace), so a device of node-a's taken for node-b's would
 look unused and be detached. Then node-a restarts with its records.
@@ -24,9 +24,9 @@ from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.core.naming import loop_tag_prefix
 from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.linux.loop import LinuxLoop
-from tests import helpers as h
 from tests.e2e.harness import Node
-from tests.processes import free_port, metric, wait_for
+from tests.support import helpers as h
+from tests.support.processes import free_port, metric, wait_for
 
 MiB = 1 << 20
 POOLS = {"node-a": 256, "node-b": 512}  # MiB: each node's capacity must be its own

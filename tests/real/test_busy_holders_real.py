@@ -15,8 +15,8 @@ from typing import Any
 import grpc
 import pytest
 
-from tests import helpers as h
-from tests.processes import inspect
+from tests.support import helpers as h
+from tests.support.processes import inspect
 
 
 def _holder(kind: str, target: Path) -> subprocess.Popen[bytes]:

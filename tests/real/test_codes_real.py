@@ -18,10 +18,10 @@ from pathlib import Path
 import grpc
 
 from csi_hostpath._pb import csi_pb2 as pb
-from tests import helpers as h
 from tests.conftest import in_process, on_small_pool
-from tests.kernel import loops_backed_under
 from tests.real.test_inline import inline_request
+from tests.support import helpers as h
+from tests.support.kernel import loops_backed_under
 
 C = grpc.StatusCode
 MiB = h.MiB

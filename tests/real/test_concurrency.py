@@ -31,8 +31,8 @@ import pytest
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.client import csi_requests as rq
-from tests.kernel import loops_backed_under, mounts_under, released_after_teardown
-from tests.stall import calls_before_settings
+from tests.support.kernel import loops_backed_under, mounts_under, released_after_teardown
+from tests.support.stall import calls_before_settings
 
 MiB = 1 << 20
 EACH = 64  # calls of each of the four kinds: 256 at once

@@ -16,9 +16,9 @@ import pytest
 
 from csi_hostpath.system.base import Fs, Pool, System
 from csi_hostpath.system.linux import linux_system
-from tests import helpers as h
 from tests.conftest import Client, in_process
-from tests.kernel import loops_backed_under, released_after_teardown
+from tests.support import helpers as h
+from tests.support.kernel import loops_backed_under, released_after_teardown
 
 C = grpc.StatusCode
 

@@ -23,9 +23,9 @@ from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.client import csi_requests as rq
 from csi_hostpath.system.base import System
 from csi_hostpath.system.linux import linux_system
-from tests import helpers as h
 from tests.conftest import Client, in_process
 from tests.real.test_freeze_real import HeldCopy
+from tests.support import helpers as h
 
 WORKERS = 4
 COPIES = 6  # more than WORKERS

@@ -15,10 +15,10 @@ import grpc
 import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
-from tests import helpers as h
 from tests.conftest import Client, in_process
-from tests.kernel import loops_backed_under, released_after_teardown
-from tests.needs import needs_fs
+from tests.support import helpers as h
+from tests.support.kernel import loops_backed_under, released_after_teardown
+from tests.support.needs import needs_fs
 
 C = grpc.StatusCode
 MiB, GiB = h.MiB, 1 << 30

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests import helpers as h
-from tests.processes import inspect
+from tests.support import helpers as h
+from tests.support.processes import inspect
 
 
 def test_a_loop_device_detached_behind_the_drivers_back(spawn: Any, workdir: Path) -> None:

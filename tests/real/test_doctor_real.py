@@ -17,7 +17,7 @@ from csi_hostpath.doctor import diagnose, exit_code
 from csi_hostpath.doctor.pool_checks import check_owner
 from csi_hostpath.store.backing.owner import rebuild_command
 from tests.conftest import in_process
-from tests.needs import needs_fs
+from tests.support.needs import needs_fs
 from tests.unit.test_doctor import TOOLS, checks_by_name, needs_loop_control, real_tools
 
 

@@ -18,11 +18,11 @@ import grpc
 import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
-from tests import helpers as h
 from tests.conftest import Client
-from tests.helpers import Mounted
 from tests.real.test_data_features import _from_source, _snapshot
 from tests.real.test_freeze_real import _staged, always_thawed, held_driver, snapshot
+from tests.support import helpers as h
+from tests.support.helpers import Mounted
 
 C = grpc.StatusCode
 MiB = h.MiB

@@ -16,7 +16,7 @@ import grpc
 import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
-from tests import helpers as h
+from tests.support import helpers as h
 
 C = grpc.StatusCode
 MiB = h.MiB

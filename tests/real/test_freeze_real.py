@@ -35,8 +35,8 @@ from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.service.node.freeze import TEST_HOLD_ENV
 from csi_hostpath.system.base import System
 from csi_hostpath.system.linux import linux_system
-from tests import helpers as h
 from tests.conftest import Client, in_process
+from tests.support import helpers as h
 
 C = grpc.StatusCode
 

@@ -34,7 +34,7 @@ import pytest
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.core.naming import node_key
 from csi_hostpath.service.controller.remote_freeze import TEST_HOLD_ENV
-from tests import helpers as h
+from tests.support import helpers as h
 
 UNSHARE = ["unshare", "--mount", "--propagation", "private"]
 RECORD = 64

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import grpc
 
-from tests import helpers as h
 from tests.conftest import in_process
+from tests.support import helpers as h
 
 MiB = 1 << 20
 

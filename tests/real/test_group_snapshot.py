@@ -15,8 +15,8 @@ from typing import Any
 import grpc
 
 from csi_hostpath._pb import csi_pb2 as pb
-from tests import helpers as h
-from tests.needs import needs_tools
+from tests.support import helpers as h
+from tests.support.needs import needs_tools
 
 pytestmark = needs_tools("debugfs")
 

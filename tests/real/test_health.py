@@ -29,8 +29,8 @@ import pytest
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.core.capacity import POOL_RESERVE_BYTES
 from csi_hostpath.service.node.freeze import TEST_HOLD_ENV
-from tests import helpers as h
 from tests.conftest import Client, in_process, on_small_pool
+from tests.support import helpers as h
 
 MiB = h.MiB
 Status = pb.VolumeHealthErrorType

@@ -24,10 +24,10 @@ from typing import Any
 import grpc
 
 from csi_hostpath._pb import csi_pb2 as pb
-from tests import helpers as h
 from tests.conftest import in_process
-from tests.processes import UNSHARE
 from tests.real.test_health import _controller, _eventually, _health
+from tests.support import helpers as h
+from tests.support.processes import UNSHARE
 
 Status = pb.VolumeHealthErrorType
 MiB = h.MiB

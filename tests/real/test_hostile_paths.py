@@ -16,8 +16,8 @@ from pathlib import Path
 import grpc
 
 from csi_hostpath.client import csi_requests as rq
-from tests import helpers as h
 from tests.conftest import Client
+from tests.support import helpers as h
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 PRECONDITION = grpc.StatusCode.FAILED_PRECONDITION

@@ -17,9 +17,9 @@ from pathlib import Path
 import grpc
 
 from csi_hostpath._pb import csi_pb2 as pb
-from tests import helpers as h
 from tests.conftest import Client, in_process
-from tests.kernel import loops_backed_under, released_after_teardown
+from tests.support import helpers as h
+from tests.support.kernel import loops_backed_under, released_after_teardown
 
 MiB = h.MiB
 EPHEMERAL = "csi.storage.k8s.io/ephemeral"

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from csi_hostpath._pb import csi_pb2 as pb
-from tests import helpers as h
 from tests.conftest import Client, in_process
+from tests.support import helpers as h
 
 MiB = h.MiB
 

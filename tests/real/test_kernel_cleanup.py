@@ -1,6 +1,6 @@
 """The tests' own kernel cleanup leaves nothing behind, a frozen filesystem included.
 
-The tests' own cleanup (tests/kernel.py) leaves nothing on the shared kernel, even a
+The tests' own cleanup (tests/support/kernel.py) leaves nothing on the shared kernel, even a
 filesystem a killed test left frozen."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.kernel import cleanup_kernel, loops_backed_under, mounts_under
+from tests.support.kernel import cleanup_kernel, loops_backed_under, mounts_under
 
 
 def _frozen_mount(workdir: Path) -> tuple[str, Path]:
@@ -100,14 +100,14 @@ def test_a_number_another_attach_took_after_the_unmount_is_left_alone(
 
 
 def test_a_churn_whose_test_was_killed_stops_and_sweeps_its_devices() -> None:
-    """tests/loop_churn.py's child runs in a session of its own, so a test process killed
+    """tests/support/loop_churn.py's child runs in a session of its own, so a test process killed
     without its cleanup (SIGKILL, or a timeout's SIGTERM) left it churning on the shared kernel
     for good, its losetups holding free devices open through their retry sleeps."""
     test = subprocess.Popen(
         [
             sys.executable,
             "-c",
-            "import time; from tests.loop_churn import loop_churn\n"
+            "import time; from tests.support.loop_churn import loop_churn\n"
             "with loop_churn() as churn:\n"
             "    print(churn.pid, flush=True)\n"
             "    time.sleep(600)\n",

@@ -13,7 +13,7 @@ import grpc
 
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool_layout import PoolLayout
-from tests import helpers as h
+from tests.support import helpers as h
 
 NODES = [f"n{i}" for i in range(6)]
 

@@ -21,8 +21,8 @@ from typing import Any
 import grpc
 
 from csi_hostpath._pb import csi_pb2 as pb
-from tests import helpers as h
-from tests.processes import UNSHARE, free_port, ledger_cli, metric, mount_points, wait_for
+from tests.support import helpers as h
+from tests.support.processes import UNSHARE, free_port, ledger_cli, metric, mount_points, wait_for
 
 C = grpc.StatusCode
 GRACE = "2"

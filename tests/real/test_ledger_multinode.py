@@ -15,9 +15,9 @@ from typing import Any
 
 import grpc
 
-from tests import helpers as h
-from tests.kernel import loops_backed_under
-from tests.processes import UNSHARE, ledger_cli, mount_points, wait_for
+from tests.support import helpers as h
+from tests.support.kernel import loops_backed_under
+from tests.support.processes import UNSHARE, ledger_cli, mount_points, wait_for
 
 C = grpc.StatusCode
 

@@ -14,8 +14,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests import helpers as h
-from tests.processes import UNSHARE, free_port, ledger_cli, mount_points, wait_for
+from tests.support import helpers as h
+from tests.support.processes import UNSHARE, free_port, ledger_cli, mount_points, wait_for
 
 GRACE = "2"
 

@@ -23,9 +23,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.client import csi_requests as rq
-from tests import helpers as h
 from tests.conftest import Client, in_process
-from tests.stall import StalledCalls
+from tests.support import helpers as h
+from tests.support.stall import StalledCalls
 
 QUICK = 3.0  # seconds: a liveness probe's budget
 PROBE = "/csi.v1.Identity/Probe"

@@ -26,8 +26,8 @@ from typing import Any
 from csi_hostpath.core.naming import loop_tag
 from csi_hostpath.system.base import LoopDevice
 from csi_hostpath.system.linux.loop import LinuxLoop
-from tests import helpers as h
 from tests.conftest import Client, DriverProcess
+from tests.support import helpers as h
 
 # The container: its own mount namespace (copied from the node's, so the kubelet directory stays
 # a peer), a copy of / with the pool bound elsewhere, and the plugin chrooted into it.

@@ -8,9 +8,9 @@ the node itself, from the numbers the kernel gives in sysfs; a node whose number
 kernel's is refused, never used; a kernel without loop-control is an error that says what to do.
 
 Each case runs in a mount namespace whose /dev is such a tmpfs with loop-control, /dev/loop0 and
-/dev/loop1 only (tests/static_dev.py), and attaches more devices than that. To the driver both
-kinds of missing node are one case: sysfs has the device, /dev has no node. (Forcing the kernel to
-add devices would take every free one on a kernel other tests share, hundreds at times.)
+/dev/loop1 only (tests/support/static_dev.py), and attaches more devices than that. To the driver
+both kinds of missing node are one case: sysfs has the device, /dev has no node. (Forcing the kernel
+to add devices would take every free one on a kernel other tests share, hundreds at times.)
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from typing import Any
 import grpc
 
 from csi_hostpath.core.naming import loop_tag
-from tests import helpers as h
-from tests.kernel import autoclear_pending, held_loop, loops_backed_under
-from tests.processes import mount_points
-from tests.static_dev import attach_command, loop_indices, static_dev
+from tests.support import helpers as h
+from tests.support.kernel import autoclear_pending, held_loop, loops_backed_under
+from tests.support.processes import mount_points
+from tests.support.static_dev import attach_command, loop_indices, static_dev
 
 REPO = Path(__file__).resolve().parents[2]
 # More than the two loop nodes the namespace's /dev starts with.

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
-from tests import helpers as h
-from tests.processes import wait_for
+from tests.support import helpers as h
+from tests.support.processes import wait_for
 
 BLKIO = Path("/sys/fs/cgroup/blkio")
 LIMIT = 4 * h.MiB

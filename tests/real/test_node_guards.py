@@ -15,9 +15,9 @@ from pathlib import Path
 import grpc
 
 from csi_hostpath._pb import csi_pb2 as pb
-from tests import helpers as h
 from tests.conftest import Client
-from tests.needs import needs_fs
+from tests.support import helpers as h
+from tests.support.needs import needs_fs
 
 MiB = h.MiB
 

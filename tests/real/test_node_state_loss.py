@@ -16,9 +16,9 @@ from typing import Any
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.core.naming import node_key
 from csi_hostpath.store.db import Store
-from tests import helpers as h
-from tests.kernel import loops_backed_under, released_after_teardown
-from tests.processes import inspect
+from tests.support import helpers as h
+from tests.support.kernel import loops_backed_under, released_after_teardown
+from tests.support.processes import inspect
 
 
 def _split(spawn: Any, workdir: Path) -> tuple[Any, Any, Any]:

@@ -13,8 +13,8 @@ from typing import Any
 
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests import helpers as h
-from tests.processes import UNSHARE, free_port, inspect, ledger_cli, metric, wait_for
+from tests.support import helpers as h
+from tests.support.processes import UNSHARE, free_port, inspect, ledger_cli, metric, wait_for
 
 
 def test_inspect_every_phase_and_the_stale_holder_alert(spawn: Any, workdir: Path) -> None:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import grpc
 
-from tests import helpers as h
 from tests.conftest import Client
-from tests.kernel import loops_backed_under
+from tests.support import helpers as h
+from tests.support.kernel import loops_backed_under
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 

@@ -23,8 +23,8 @@ from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.doctor.pool_checks import check_quarantine
 from csi_hostpath.store.backing import file_identity
 from csi_hostpath.store.backing.owner import PoolClaimRefused
-from tests import helpers as h
 from tests.conftest import Client, in_process
+from tests.support import helpers as h
 
 C = grpc.StatusCode
 MiB = h.MiB

@@ -15,9 +15,9 @@ import grpc
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.core.context_keys import GENERATION_KEY
-from tests import helpers as h
 from tests.conftest import in_process
 from tests.real.test_pool_truth import _listed, _pool_files, _release, _staged
+from tests.support import helpers as h
 
 MiB = h.MiB
 

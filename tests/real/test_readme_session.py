@@ -2,7 +2,7 @@
 
 The README's "Local volumes" session, run as written against a real `make run`: every command
 in one shell, each output compared with the README's after masking what changes from run to run
-(tests/readme_session.py). When the output changes, the README changes with it."""
+(tests/support/readme_session.py). When the output changes, the README changes with it."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.kernel import mounts_under, released_after_teardown
-from tests.make_run import make_run_session
-from tests.needs import needs_fs
-from tests.readme_session import README, mask, script, session, split
+from tests.support.kernel import mounts_under, released_after_teardown
+from tests.support.make_run import make_run_session
+from tests.support.needs import needs_fs
+from tests.support.readme_session import README, mask, script, session, split
 
 # What the session's first two steps do in a person's terminals; the test does both itself.
 SETUP = ("make run", ". .venv/bin/activate")

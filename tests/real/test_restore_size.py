@@ -16,10 +16,10 @@ import grpc
 import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
-from tests import helpers as h
 from tests.conftest import Client, in_process
-from tests.needs import needs_fs
 from tests.real.test_data_features import _from_source, _snapshot
+from tests.support import helpers as h
+from tests.support.needs import needs_fs
 
 C = grpc.StatusCode
 MiB = h.MiB

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests import helpers as h
-from tests.kernel import loops_backed_under, mounts_under, released_after_teardown
-from tests.make_run import REPO, MakeRun, checkout_copy, make_in, make_run_session
-from tests.volume_cli_runner import Cli
+from tests.support import helpers as h
+from tests.support.kernel import loops_backed_under, mounts_under, released_after_teardown
+from tests.support.make_run import REPO, MakeRun, checkout_copy, make_in, make_run_session
+from tests.support.volume_cli_runner import Cli
 
 
 @pytest.fixture

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests import helpers as h
 from tests.conftest import in_process
+from tests.support import helpers as h
 from tests.unit.test_self_publish import holders
 
 
 def test_stage_mount_and_release_without_an_attach(workdir: Path) -> None:
     """The same path on a real loop device and ext4: the kubelet's calls only, no attach."""
-    from tests.kernel import loops_backed_under, mounts_under
+    from tests.support.kernel import loops_backed_under, mounts_under
 
     with in_process(workdir, "real", "--self-publish") as client:
         cap = h.mount_cap(mode=h.Mode.SINGLE_NODE_WRITER)

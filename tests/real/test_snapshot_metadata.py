@@ -18,8 +18,8 @@ import pytest
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath._pb import csi_pb2_grpc as pb_grpc
 from csi_hostpath.core.byte_ranges import align
-from tests import helpers as h
-from tests.needs import needs_tools
+from tests.support import helpers as h
+from tests.support.needs import needs_tools
 
 BASE_DATA = 16 * h.MiB
 # (offset, length): inside the base's data, past it (a hole in the base), across a block edge.

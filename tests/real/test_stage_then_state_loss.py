@@ -19,8 +19,8 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from tests import helpers as h
 from tests.real.test_node_state_loss import _take_down, staged
+from tests.support import helpers as h
 
 
 def test_stage_acknowledged_then_node_state_lost_publish_still_works(

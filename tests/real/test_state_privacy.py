@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from csi_hostpath.store.migrations import SCHEMA_VERSION
-from tests import helpers as h
 from tests.conftest import Client, in_process
+from tests.support import helpers as h
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 DATA = Path(__file__).parents[1] / "unit" / "data"

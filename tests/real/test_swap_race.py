@@ -28,10 +28,10 @@ import pytest
 
 from csi_hostpath.client import csi_requests as rq
 from csi_hostpath.system.linux.mountinfo import read_mountinfo
-from tests import helpers as h
 from tests.conftest import Client
-from tests.kernel import loops_backed_under
 from tests.real.swapper import Swapper
+from tests.support import helpers as h
+from tests.support.kernel import loops_backed_under
 
 ROUNDS = 500
 DATA = "the victim's own data\n"

@@ -19,10 +19,10 @@ import pytest
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.core.capacity import POOL_RESERVE_BYTES
 from csi_hostpath.store.pool_layout import PoolLayout
-from tests import helpers as h
 from tests.conftest import Client, in_process
-from tests.kernel import is_root
-from tests.needs import fs_available
+from tests.support import helpers as h
+from tests.support.kernel import is_root
+from tests.support.needs import fs_available
 
 pytestmark = pytest.mark.skipif(not is_root(), reason="mounts a tmpfs and loop devices: needs root")
 MiB = 1 << 20

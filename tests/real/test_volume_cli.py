@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tests import helpers as h
-from tests.kernel import loops_backed_under, mounts_under, released_after_teardown
-from tests.needs import needs_fs
-from tests.volume_cli_runner import Cli
+from tests.support import helpers as h
+from tests.support.kernel import loops_backed_under, mounts_under, released_after_teardown
+from tests.support.needs import needs_fs
+from tests.support.volume_cli_runner import Cli
 
 MiB = h.MiB
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from tests import helpers as h
-from tests.kernel import mounts_under, released_after_teardown
-from tests.make_run import MakeRun, make_run_session
-from tests.volume_cli_runner import Cli
+from tests.support import helpers as h
+from tests.support.kernel import mounts_under, released_after_teardown
+from tests.support.make_run import MakeRun, make_run_session
+from tests.support.volume_cli_runner import Cli
 
 MiB = h.MiB
 

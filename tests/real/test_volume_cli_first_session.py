@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from csi_hostpath.volume_cli.sizes import format_bytes
-from tests import helpers as h
-from tests.volume_cli_runner import Cli
+from csi_hostpath.core.sizes import format_bytes
+from tests.support import helpers as h
+from tests.support.volume_cli_runner import Cli
 
 
 def _inspect(cli: Cli, name: str) -> str:

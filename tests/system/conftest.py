@@ -25,11 +25,12 @@ from csi_hostpath.system.base import LoopDevice, System
 from csi_hostpath.system.fake import FakeKernel, fake_system
 from csi_hostpath.system.linux import LinuxLoop, linux_system
 from tests.conftest import LAYERS
-from tests.kernel import release_loop
-from tests.needs import missing_reason
+from tests.support.kernel import release_loop
+from tests.support.needs import missing_reason
 
 TEMP_PREFIX = "csihp-test-"
-# xfs is not among them: the xfs cases skip on their own (tests/needs.py), the rest still run.
+# xfs is not among them: the xfs cases skip on their own (tests/support/needs.py), the rest
+# still run.
 REAL_TOOLS = ("mount", "umount", "blkid", "mkfs.ext4", "resize2fs", "losetup")
 _CLEANUP_TIMEOUT = 30.0
 _LOOP_GONE_WAIT = 5.0

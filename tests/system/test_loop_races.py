@@ -15,8 +15,8 @@ import pytest
 from csi_hostpath.system.base import LoopDevice, System
 from csi_hostpath.system.linux import linux_system
 from csi_hostpath.system.system_errors import CommandError
-from tests.kernel import autoclear_pending
-from tests.loop_churn import loop_churn
+from tests.support.kernel import autoclear_pending
+from tests.support.loop_churn import loop_churn
 from tests.system.conftest import Env, real_unavailable
 
 ROUNDS = 40

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.loop_churn import loop_churn
+from tests.support.loop_churn import loop_churn
 
 from .conftest import Env
 from .system_limits import EXT4_SIZE

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from csi_hostpath.system.base import CommandError
-from tests.needs import FS_TOOLS, skip_unless_tools
+from tests.support.needs import FS_TOOLS, skip_unless_tools
 
 from .conftest import Env
 from .system_limits import CAP_SYS_RESOURCE, EXT4_SIZE, XFS_SIZE, MiB, has_capability

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from csi_hostpath.system.base import Holder, NotFound, NotPermitted, ResourceBusy
-from tests.needs import skip_unless_tools
+from tests.support.needs import skip_unless_tools
 
 from .conftest import Env
 from .system_limits import CAP_SYS_RESOURCE, EXT4_SIZE, has_capability

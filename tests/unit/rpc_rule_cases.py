@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tests import helpers as h
 from tests.conftest import Client
+from tests.support import helpers as h
 
 UNKNOWN_VOLUME = "vol-" + "0" * 32
 CAP = h.mount_cap("ext4")

@@ -20,8 +20,8 @@ from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.base import Holder, System
 from csi_hostpath.system.fake import FakeKernel, fake_system
-from tests import helpers as h
 from tests.conftest import Client, in_process
+from tests.support import helpers as h
 from tests.unit.builders import node_context
 
 

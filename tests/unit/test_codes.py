@@ -16,8 +16,8 @@ import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.api.status import status_of
-from tests import helpers as h
 from tests.conftest import Client
+from tests.support import helpers as h
 
 MiB = 1 << 20
 C = grpc.StatusCode

@@ -19,7 +19,7 @@ from csi_hostpath.service.node.device_watch import DeviceWatch
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool_layout import PoolLayout
 from csi_hostpath.system.fake import fake_system
-from tests import helpers as h
+from tests.support import helpers as h
 from tests.unit.builders import node_context
 from tests.unit.test_busy_holders import fake_driver, inspect
 

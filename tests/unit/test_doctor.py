@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from csi_hostpath.doctor import Finding, diagnose, exit_code, machine, render
-from tests.needs import packages, skip_unless_tools
+from tests.support.needs import packages, skip_unless_tools
 
 TOOLS = (
     "mkfs.ext4",
@@ -314,8 +314,8 @@ def test_files_in_the_pool_named_like_no_volume_are_reported_and_kept(workdir: P
     deletes it, a controller's restart included."""
     from csi_hostpath.doctor.pool_checks import check_strays
     from csi_hostpath.system.fake import fake_system
-    from tests import helpers as h
     from tests.conftest import in_process
+    from tests.support import helpers as h
 
     pool = workdir / "d-state" / "pool"
     with in_process(workdir, "d", system=fake_system) as client:

@@ -13,7 +13,7 @@ import pytest
 from csi_hostpath.cli.main import main
 from csi_hostpath.doctor import diagnose
 from csi_hostpath.store.pool_layout import PoolLayout
-from tests import helpers as h
+from tests.support import helpers as h
 from tests.unit.builders import quiet_fake_driver
 
 STAGING = "/var/lib/kubelet/plugins/kubernetes.io/csi/loop.hostpath.csi.dev/abc/globalmount"

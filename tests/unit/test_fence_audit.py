@@ -14,8 +14,8 @@ import pytest
 from prometheus_client import generate_latest
 
 from csi_hostpath.daemon.server import Driver
-from tests import helpers as h
 from tests.conftest import Client
+from tests.support import helpers as h
 from tests.unit.builders import quiet_fake_driver
 
 

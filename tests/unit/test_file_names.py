@@ -5,8 +5,9 @@ leads to one file: core/ledger_rules.py, store/ledger_store.py, not three ledger
 every package or role has by convention may repeat: __init__.py, _log.py (each package's one
 logger), and each role's service.py and main.py.
 
-The tests keep the same rule for their own files, and two more: tests/ itself holds no test file
-(each lives in the folder of its kind), and whatever needs a Kubernetes cluster, or makes, drives
+The tests keep the same rule for their own files, and two more: tests/ itself holds no module but
+conftest.py and __init__.py (each test lives in the folder of its kind, and the helpers several
+folders share in tests/support/), and whatever needs a Kubernetes cluster, or makes, drives
 or checks one, lives in tests/k8s/: a module outside it may not import tests.k8s (the runners and
 their helpers) or name a cluster's tooling (tools/cluster/, tools/kind/, tools/kind-e2e.sh) in
 its code; a docstring or a comment may. And every test file's
@@ -25,6 +26,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "csi_hostpath"
 TESTS = Path(__file__).resolve().parents[1]
 MAY_REPEAT = frozenset({"__init__.py", "_log.py", "service.py", "main.py"})
+AT_TESTS_ROOT = frozenset({"conftest.py", "__init__.py"})
 KUBERNETES_HOME = "k8s"
 CLUSTER_MARKS = ("tools/cluster/", "tools/kind/", "tools/kind-e2e.sh")
 
@@ -83,7 +85,12 @@ def layout_problems(tests: Path) -> list[str]:
     """Each way the tests' layout breaks the rules of this module's docstring."""
     problems = []
     files = sorted(tests.rglob("test_*.py"))
-    problems += [f"{p.name}: a test file at the root of tests/" for p in files if p.parent == tests]
+    problems += [
+        f"{p.name}: a module at the root of tests/ (a test goes in its kind's folder, a helper "
+        "in tests/support/)"
+        for p in sorted(tests.glob("*.py"))
+        if p.name not in AT_TESTS_ROOT
+    ]
     by_name: dict[str, list[str]] = defaultdict(list)
     for path in files:
         by_name[path.name].append(path.relative_to(tests).as_posix())
@@ -124,7 +131,10 @@ def test_the_tests_layout() -> None:
 def test_a_bad_tests_layout_is_found(tmp_path: Path) -> None:
     runs_kind = 'import subprocess\nsubprocess.run(["bash", "tools/kind/up.sh"])\n'
     files = {
+        "conftest.py": "",
         "test_loose.py": "",
+        "helpers.py": "",
+        "support/helpers.py": "",
         "unit/test_twice.py": "",
         "real/test_twice.py": "",
         "unit/test_kind.py": runs_kind,
@@ -137,7 +147,10 @@ def test_a_bad_tests_layout_is_found(tmp_path: Path) -> None:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     assert layout_problems(tmp_path) == [
-        "test_loose.py: a test file at the root of tests/",
+        "helpers.py: a module at the root of tests/ (a test goes in its kind's folder, a helper "
+        "in tests/support/)",
+        "test_loose.py: a module at the root of tests/ (a test goes in its kind's folder, a helper "
+        "in tests/support/)",
         "test_twice.py: real/test_twice.py and unit/test_twice.py",
         "unit/runner_user.py: outside tests/k8s/, imports tests.k8s.experiments",
         "unit/test_build.py: outside tests/k8s/, names tools/cluster/",

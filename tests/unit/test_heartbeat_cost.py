@@ -18,8 +18,8 @@ from csi_hostpath.core.naming import node_key
 from csi_hostpath.daemon.server import Driver
 from csi_hostpath.store import pool_layout
 from csi_hostpath.store.pool_layout import PoolLayout
-from tests import helpers as h
 from tests.conftest import Client
+from tests.support import helpers as h
 
 NEIGHBOURS = 3
 

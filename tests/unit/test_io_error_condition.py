@@ -15,8 +15,8 @@ from csi_hostpath.store.db import Store
 from csi_hostpath.system.base import System
 from csi_hostpath.system.fake import fake_system
 from csi_hostpath.system.fake.fake_kernel import FakeKernel
-from tests import helpers as h
 from tests.conftest import in_process
+from tests.support import helpers as h
 
 
 def test_counted_write_errors_reach_both_health_rpcs(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """The package's layers, read from its source with ast: imports point downwards only.
 
-The package's layers, read from its source with ast: cli -> daemon -> api -> service ->
-(core, store, system), and client/ beside them.
+The layers: cli -> daemon -> api -> service -> (core, store, system), with client/ beside them
+and why/ (the kubectl plugin: its rules over core/ alone) a product of its own.
 
 - core/ imports only core/ and the standard library's pure modules: no I/O (files, processes,
   sockets, sqlite, threads, logging) and nothing of another layer.
@@ -17,6 +17,9 @@ The package's layers, read from its source with ast: cli -> daemon -> api -> ser
   servicer's name and capabilities, the metrics' scope), and the value types both need
   (PoolScope) live in core/.
 - client/ (what a caller of the driver sends) imports only client/, core/ and the stubs.
+- why/ (the kubectl plugin, a product of its own) imports only why/ and core/, and nothing of the
+  package imports it: its console script is its way in. Its rules, why/rules/, are pure as core/
+  is: no I/O, and nothing of why/ above them.
 - Only store/ runs SQL: outside it, no module imports sqlite3 (core/ classifies sqlite's errors
   by their module name), calls .execute() or ._tx(), or holds a string of SQL.
 
@@ -103,6 +106,7 @@ DAEMON_MAY_IMPORT = ("daemon", "api", "service", "store", "system", "core", "_pb
 CLIENT_MAY_IMPORT = ("client", "core", "_pb")
 # Below daemon/ and cli/: none of these imports either, not even daemon/config.py.
 BELOW_DAEMON = ("api", "service", "core", "store", "system", "doctor")
+WHY_MAY_IMPORT = ("why", "core")
 
 
 def _role_violations(module: str, imported: str) -> Iterator[str]:
@@ -117,6 +121,14 @@ def _role_violations(module: str, imported: str) -> Iterator[str]:
         yield f"{module} (daemon) imports {imported}, outside the daemon's layers"
     if _within(module, "client") and not any(_within(imported, x) for x in CLIENT_MAY_IMPORT):
         yield f"{module} (client) imports {imported}: a client needs only core/ and the stubs"
+    if _within(imported, "why") and not _within(module, "why"):
+        yield f"{module} imports {imported}: why/ is the kubectl plugin's, a product of its own"
+    if _within(module, "why") and not any(_within(imported, x) for x in WHY_MAY_IMPORT):
+        yield f"{module} (why) imports {imported}: the plugin needs only why/ and core/"
+    if _within(module, "why.rules") and not any(
+        _within(imported, x) for x in ("why.rules", "core")
+    ):
+        yield f"{module} (why.rules) imports {imported}, above the plugin's pure rules"
     if any(_within(module, layer) for layer in BELOW_DAEMON) and _within(imported, "daemon"):
         yield f"{module} imports {imported}: daemon/ is above it"
 
@@ -126,6 +138,8 @@ def layer_violations(root: Path, package: str = "csi_hostpath") -> list[str]:
     for module, path in _modules(root):
         for imported in set(_imports(root, path, package)):
             ours = not imported.startswith(package) and (root / imported.split(".")[0]).exists()
+            if _within(module, "why.rules") and imported.split(".")[0] in IO_MODULES:
+                found.append(f"{module} (why.rules) does I/O: imports {imported}")
             if _within(module, "core"):
                 top = imported.split(".")[0]
                 if top in IO_MODULES:
@@ -192,7 +206,7 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
     root = tmp_path / "pkg"
     for name in (
         *("core", "store", "system", "service/node", "service/controller", "api"),
-        *("cli", "daemon", "client", "volume_cli", "doctor"),
+        *("cli", "daemon", "client", "volume_cli", "doctor", "why/rules"),
     ):
         (root / name).mkdir(parents=True, exist_ok=True)
         (root / name / "__init__.py").write_text("")
@@ -249,6 +263,10 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
         ("doctor/state.py", "from pkg.daemon.config import Mode\n", "daemon/ is above it"),
         ("store/db.py", "from pkg.cli.lookup import open_state\n", "cli/ is above it"),
         ("doctor/report.py", "from pkg.cli import parser\n", "cli/ is above it"),
+        ("cli/main.py", "from pkg.why.command import run\n", "a product of its own"),
+        ("why/reads.py", "from pkg.store.db import Store\n", "(why) imports store.db"),
+        ("why/rules/phases.py", "import os\n", "why.rules) does I/O"),
+        ("why/rules/phases.py", "from pkg.why import reads\n", "above the plugin's pure"),
     ],
 )
 def test_each_layer_rule_finds_a_deliberate_violation(

@@ -17,9 +17,9 @@ import pytest
 
 from csi_hostpath.daemon.server import Driver
 from csi_hostpath.service.ledger_view import SCHEMA
-from tests import helpers as h
 from tests.conftest import Client
-from tests.processes import free_port
+from tests.support import helpers as h
+from tests.support.processes import free_port
 from tests.unit.builders import quiet_fake_driver
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from csi_hostpath._pb import csi_pb2 as pb
-from tests import helpers as h
 from tests.conftest import Client
+from tests.support import helpers as h
 
 
 def test_pagination_while_volumes_are_added_and_deleted(fake_driver: Client) -> None:

@@ -11,8 +11,8 @@ import pytest
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.daemon.server import Driver
 from csi_hostpath.store.pool_layout import PoolLayout
-from tests import helpers as h
 from tests.conftest import Client
+from tests.support import helpers as h
 
 
 def test_a_page_is_one_query_with_its_holders(

@@ -17,8 +17,8 @@ from csi_hostpath.daemon.server import build_driver, start
 from csi_hostpath.system.base import MountEntry
 from csi_hostpath.system.fake import fake_system
 from csi_hostpath.system.pinned import Pinned
-from tests import helpers as h
 from tests.conftest import Client, driver_args
+from tests.support import helpers as h
 
 
 def test_stage_and_publish_look_mounts_up_inside_the_scope(

@@ -24,9 +24,9 @@ from csi_hostpath import cli
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.store.db import Store
 from csi_hostpath.store.pool_layout import PoolLayout
-from tests import helpers as h
 from tests.conftest import Client, in_process
-from tests.processes import free_port, metric
+from tests.support import helpers as h
+from tests.support.processes import free_port, metric
 
 C = grpc.StatusCode
 MiB = 1 << 20

@@ -15,8 +15,8 @@ import pytest
 from csi_hostpath.cli.main import OneLineFormatter, main
 from csi_hostpath.volume_cli.output import table
 from csi_hostpath.volume_cli.records import CSI_NAME_PREFIX
-from tests import helpers as h
 from tests.conftest import Client
+from tests.support import helpers as h
 
 FORGED = "innocent\n2026-12-07 19:52:00  operator force-detach vol-" + "0" * 32
 

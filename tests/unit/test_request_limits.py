@@ -14,8 +14,8 @@ from csi_hostpath.api.runtime import limits
 from csi_hostpath.client import csi_requests as rq
 from csi_hostpath.core.errors import InvalidRequest
 from csi_hostpath.core.request_text import MAX_PATH_BYTES, shown
-from tests import helpers as h
 from tests.conftest import Client
+from tests.support import helpers as h
 
 C = grpc.StatusCode
 MiB = 1 << 20

@@ -13,8 +13,8 @@ import grpc
 import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
-from tests import helpers as h
 from tests.conftest import Client
+from tests.support import helpers as h
 from tests.unit.rpc_rule_cases import CAP, UNKNOWN_VOLUME, stub_method
 
 C = grpc.StatusCode

@@ -14,8 +14,8 @@ import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.cli import build_parser, config_from_args
-from tests import helpers as h
 from tests.conftest import Client, driver_args, in_process
+from tests.support import helpers as h
 
 
 def _fake(pool: Path) -> object:

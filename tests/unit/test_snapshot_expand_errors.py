@@ -17,8 +17,8 @@ import pytest
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.system.base import System
 from csi_hostpath.system.fake import fake_system
-from tests import helpers as h
 from tests.conftest import Client, in_process, on_small_pool
+from tests.support import helpers as h
 
 C = grpc.StatusCode
 MiB = h.MiB

@@ -13,8 +13,8 @@ import pytest
 
 from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.core.naming import is_snapshot_id, new_snapshot_id, snapshot_home
-from tests import helpers as h
 from tests.conftest import Client, in_process
+from tests.support import helpers as h
 
 C = grpc.StatusCode
 MiB = 1 << 20

@@ -13,8 +13,8 @@ import pytest
 
 from csi_hostpath import cli
 from csi_hostpath._pb import csi_pb2 as pb
-from tests import helpers as h
 from tests.conftest import Client, in_process
+from tests.support import helpers as h
 
 C = grpc.StatusCode
 MiB = 1 << 20

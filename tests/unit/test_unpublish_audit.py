@@ -15,8 +15,8 @@ import pytest
 
 from csi_hostpath.core.naming import node_key
 from csi_hostpath.daemon.server import Driver
-from tests import helpers as h
 from tests.conftest import Client
+from tests.support import helpers as h
 
 Mode = h.Mode
 

@@ -13,8 +13,8 @@ import pytest
 
 from csi_hostpath.cli import DEFAULT_STATE_DIR, build_parser, main
 from csi_hostpath.cli.lookup import state_dir
-from csi_hostpath.volume_cli.args import EndpointError, places
-from csi_hostpath.volume_cli.sizes import QuantityError, parse_size
+from csi_hostpath.core.sizes import QuantityError
+from csi_hostpath.volume_cli.args import EndpointError, places, typed_size
 
 
 @pytest.fixture(autouse=True)
@@ -34,7 +34,7 @@ def _no_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 )
 def test_a_fraction_of_a_byte_is_refused_with_a_hint(text: str, hint: str) -> None:
     with pytest.raises(QuantityError, match="not a whole number of bytes") as refused:
-        parse_size(text)
+        typed_size(text)
     assert hint in str(refused.value)
 
 

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from csi_hostpath.cli import build_parser
+from csi_hostpath.core.sizes import QuantityError, format_bytes
 from csi_hostpath.volume_cli import exit_codes
-from csi_hostpath.volume_cli.args import places
+from csi_hostpath.volume_cli.args import places, typed_size
 from csi_hostpath.volume_cli.copywatch import CopyWatch
 from csi_hostpath.volume_cli.output import (
     ENVELOPE_FIELDS,
@@ -28,7 +29,6 @@ from csi_hostpath.volume_cli.output import (
     Progress,
 )
 from csi_hostpath.volume_cli.records import Records, RecordsFile, VolumeMount, VolumeRecord
-from csi_hostpath.volume_cli.sizes import QuantityError, format_bytes, parse_size
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "volume-cli.md"
 
@@ -114,13 +114,13 @@ def test_the_documentation_names_every_field_and_exit_code() -> None:
     ],
 )
 def test_sizes_are_kubernetes_quantities(text: str, expected: int) -> None:
-    assert parse_size(text) == expected
+    assert typed_size(text) == expected
 
 
 @pytest.mark.parametrize("text", ["", "lots", "1GB", "1K", "-1Gi", "0", "0Mi", "1 Gi Gi"])
 def test_a_bad_size_says_what_a_size_looks_like(text: str) -> None:
     with pytest.raises(QuantityError):
-        parse_size(text)
+        typed_size(text)
 
 
 def test_sizes_print_short() -> None:

@@ -17,8 +17,8 @@ from csi_hostpath._pb import csi_pb2 as pb
 from csi_hostpath.core.naming import loop_tag
 from csi_hostpath.system.base import LoopDevice
 from csi_hostpath.system.fake import FakeKernel, FakeLoop, fake_system
-from tests import helpers as h
 from tests.conftest import Client, in_process
+from tests.support import helpers as h
 
 C = grpc.StatusCode
 CAP = h.mount_cap("ext4")

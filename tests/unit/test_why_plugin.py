@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from csi_hostpath.cli.why_cmd import NOT_FOUND, READ_FAILED, USAGE, parse_target, run
-from csi_hostpath.client.kube_access import NoCluster, connect, kubeconfig_files
+from csi_hostpath.why.command import NOT_FOUND, READ_FAILED, USAGE, parse_target, run
+from csi_hostpath.why.kube_access import NoCluster, connect, kubeconfig_files
 from tests.unit.fake_apiserver import TOKEN, FakeCluster, serving
 from tests.unit.why_cases import CASES, Case
 

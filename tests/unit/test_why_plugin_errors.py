@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from csi_hostpath.cli.why_cmd import READ_FAILED, USAGE, run
+from csi_hostpath.why.command import READ_FAILED, USAGE, run
 
 GOOD = """apiVersion: v1
 kind: Config

@@ -38,7 +38,7 @@ from csi_hostpath.core.model import (
 )
 from csi_hostpath.core.mutable import Tuning
 from csi_hostpath.core.naming import is_snapshot_id, is_volume_id, new_volume_id
-from csi_hostpath.core.quantity import describe_bytes
+from csi_hostpath.core.sizes import describe_bytes
 from csi_hostpath.service.controller._log import log
 from csi_hostpath.service.controller.backing_files import discard, making
 from csi_hostpath.service.controller.controller_context import ControllerContext

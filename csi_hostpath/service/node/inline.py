@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from csi_hostpath.core import access, quantity
+from csi_hostpath.core import access, sizes
 from csi_hostpath.core.capacity import POOL_RESERVE_BYTES
 from csi_hostpath.core.context_keys import EPHEMERAL_SIZE_KEY, FS_TYPE_KEY
 from csi_hostpath.core.errors import (
@@ -30,11 +30,11 @@ EPHEMERAL_DEFAULT_SIZE = 100 * access.MiB
 PublishStaged = Callable[[str, NodeStaging, str, Capability, bool], None]
 
 
-def parse_size(text: str) -> int:
+def inline_size(text: str) -> int:
     """The size attribute of an inline volume: a Kubernetes quantity ("100Mi", "1.5Gi", "1e9")."""
     try:
-        return quantity.parse_bytes(text)
-    except quantity.QuantityError as exc:
+        return sizes.parse_size(text)
+    except sizes.QuantityError as exc:
         raise InvalidRequest(f"size {text[:40]!r} is not a usable quantity: {exc}") from None
 
 
@@ -82,7 +82,7 @@ class InlineVolumes:
             raise InvalidRequest(f"fs_type {fs_type!r} is not supported")
         cap_bytes = self.ctx.max_inline_size
         wanted = volume_context.get(EPHEMERAL_SIZE_KEY, "")
-        size = parse_size(wanted) if wanted else min(EPHEMERAL_DEFAULT_SIZE, cap_bytes)
+        size = inline_size(wanted) if wanted else min(EPHEMERAL_DEFAULT_SIZE, cap_bytes)
         size = access.round_capacity(size, 0, fs_type, self.ctx.max_volume_size)
         if size > cap_bytes:
             raise CapacityOutOfRange(
@@ -94,9 +94,9 @@ class InlineVolumes:
         free = self.system.pool.free_bytes() - POOL_RESERVE_BYTES
         if size > free:
             raise NoCapacity(
-                f"an inline volume of {quantity.describe_bytes(size)} can't fit in the pool: "
-                f"{quantity.describe_bytes(max(free, 0))} free beyond the "
-                f"{quantity.describe_bytes(POOL_RESERVE_BYTES)} kept for teardown"
+                f"an inline volume of {sizes.describe_bytes(size)} can't fit in the pool: "
+                f"{sizes.describe_bytes(max(free, 0))} free beyond the "
+                f"{sizes.describe_bytes(POOL_RESERVE_BYTES)} kept for teardown"
             )
         with self.inflight.hold(volume_id, "NodePublishVolume (ephemeral)"):
             self.ephemeral_dir.mkdir(parents=True, exist_ok=True)

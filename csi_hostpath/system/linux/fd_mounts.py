@@ -34,7 +34,6 @@ _MOVE_MOUNT_F_EMPTY_PATH = 0x4
 _MOVE_MOUNT_T_EMPTY_PATH = 0x40
 _MOUNT_ATTR_RDONLY = 0x1
 _MOUNT_ATTR = struct.Struct("=QQQQ")  # attr_set, attr_clr, propagation, userns_fd
-MS_BIND = 0x1000
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long

@@ -19,7 +19,7 @@ from tests.e2e.bad_input.fuzz_target import (
     real_target,
     reseed,
 )
-from tests.kernel import cleanup_kernel
+from tests.support.kernel import cleanup_kernel
 
 
 # The fake layer runs in `make unit` (no root, a minute for everything): fewer examples per RPC

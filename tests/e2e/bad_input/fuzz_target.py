@@ -17,9 +17,9 @@ from google.protobuf.descriptor import MethodDescriptor
 from hypothesis import HealthCheck, settings
 
 from csi_hostpath._pb import csi_pb2 as pb
-from tests import helpers as h
 from tests.conftest import Client, DriverProcess, driver_args, in_process
-from tests.processes import UNSHARE
+from tests.support import helpers as h
+from tests.support.processes import UNSHARE
 
 C = grpc.StatusCode
 SPEC_CODES = frozenset(

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from csi_hostpath.core.quantity import QuantityError, parse_bytes
-from tests import helpers as h
-from tests.needs import fs_available
+from csi_hostpath.core.sizes import QuantityError, parse_size
+from tests.support import helpers as h
+from tests.support.needs import fs_available
 
 SAFE_MOUNT_FLAGS = ("noatime", "nodiratime", "relatime", "sync", "nodev", "nosuid", "noexec")
 
@@ -94,7 +94,7 @@ def ephemeral_size_ok(text: str) -> bool:
     """Keep inline volume sizes that are cheap to serve: up to 1 GiB (a real mkfs runs), or
     not a size at all (refused)."""
     try:
-        size = parse_bytes(text)
+        size = parse_size(text)
     except QuantityError:
         return True  # refused by the driver: cheap
     return size <= 1 << 30

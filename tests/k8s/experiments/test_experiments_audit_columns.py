@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from csi_hostpath.cli import main
-from tests import helpers as h
 from tests.k8s.experiments.context import audit_rows
+from tests.support import helpers as h
 from tests.unit.builders import quiet_fake_driver
 
 

@@ -255,7 +255,7 @@ def test_the_why_reader_is_bound_to_the_charts_roles_only() -> None:
 
 
 def test_the_readers_kubeconfig_is_read_as_kubectl_reads_it(tmp_path: Path) -> None:
-    from csi_hostpath.client.kube_access import connect
+    from csi_hostpath.why.kube_access import connect
     from tests.k8s.experiments import why_plugin
 
     admin = {"clusters": [{"name": "kind-x", "cluster": {"server": "https://127.0.0.1:6443"}}]}
@@ -274,9 +274,9 @@ def test_the_readers_kubeconfig_is_read_as_kubectl_reads_it(tmp_path: Path) -> N
 def test_the_why_experiments_expectations_are_the_plugins_own_words() -> None:
     """Each case's expected words, given the unit fixtures' names, are in what the plugin says
     of those fixtures: the experiment checks the real cluster for the same sentences."""
-    from csi_hostpath.core.why_blocker import diagnose
+    from csi_hostpath.why.rules.blocker import diagnose
     from tests.k8s.experiments import why_plugin
-    from tests.unit.test_why_core import observed
+    from tests.unit.test_why_rules import observed
     from tests.unit.why_cases import CASES
 
     names = {

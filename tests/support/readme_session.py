@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 # Where the README's session runs; a real run's directory is written as this.
 README_DIR = "/home/me/csi_hostpath"
 MARK = "@@readme-step "

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from csi_hostpath.core import kube_fields as kf
-from csi_hostpath.core.kube_fields import Obj
-from csi_hostpath.core.why_model import (
+from csi_hostpath.why.rules import kube_fields as kf
+from csi_hostpath.why.rules.diagnosis import (
     DONE,
     FAILED,
     PHASES,
@@ -24,6 +23,7 @@ from csi_hostpath.core.why_model import (
     Observed,
     PhaseRow,
 )
+from csi_hostpath.why.rules.kube_fields import Obj
 
 
 def _span(start: float | None, end: float | None) -> float | None:

@@ -2,13 +2,13 @@
 Secret or ConfigMap that does not exist), a container that can't start, a readiness check, or
 nothing at all.
 
-Pure: it reads the pod, its events and the claims' phases (core/why_model.py).
+Pure: it reads the pod, its events and the claims' phases (why/rules/diagnosis.py).
 """
 
 from __future__ import annotations
 
-from csi_hostpath.core import kube_fields as kf
-from csi_hostpath.core.why_model import Blocker, ClaimPhases, Observed
+from csi_hostpath.why.rules import kube_fields as kf
+from csi_hostpath.why.rules.diagnosis import Blocker, ClaimPhases, Observed
 
 
 def _names(claims: tuple[ClaimPhases, ...]) -> str:

@@ -1,7 +1,7 @@
 """`kubectl csi-hostpath why pod/NAME | pvc/NAME`: the kubectl plugin (the executable
-`kubectl-csi_hostpath`). It reads the cluster (client/why_reads.py), asks the core which of the
-five phases each claim is in and what blocks (core/why_blocker.py), and prints that, or the
-versioned JSON document with `-o json` (docs/operations.md).
+`kubectl-csi_hostpath`). It reads the cluster (why/reads.py), asks its rules which of the five
+phases each claim is in and what blocks (why/rules/blocker.py), and prints that, or the versioned
+JSON document with `-o json` (docs/operations.md).
 
 Exit codes: 0 answered (whatever the answer), 1 the cluster could not be read, 2 usage, 3 the
 pod or claim does not exist.
@@ -16,8 +16,8 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from csi_hostpath.core import kube_fields as kf
-from csi_hostpath.core.why_model import SCHEMA, Diagnosis, as_json
+from csi_hostpath.why.rules import kube_fields as kf
+from csi_hostpath.why.rules.diagnosis import SCHEMA, Diagnosis, as_json
 
 KINDS = {
     "pod": "pod",
@@ -162,9 +162,9 @@ def run(argv: Sequence[str]) -> int:
     except (UsageError, ValueError) as e:
         return _fail(USAGE, str(e), "see `kubectl csi-hostpath why --help`", json_out)
     # The Kubernetes client is imported here: --help needs none of it.
-    from csi_hostpath.client.kube_access import NoCluster, connect
-    from csi_hostpath.client.why_reads import ObjectNotFound, ReadFailed, gather
-    from csi_hostpath.core.why_blocker import diagnose
+    from csi_hostpath.why.kube_access import NoCluster, connect
+    from csi_hostpath.why.reads import ObjectNotFound, ReadFailed, gather
+    from csi_hostpath.why.rules.blocker import diagnose
 
     try:
         access = connect(args.kubeconfig, args.context, request_timeout=args.request_timeout)

@@ -1,5 +1,5 @@
 """The one reason a pod (or a claim) waits, in a sentence, and the next step: `diagnose` joins
-the phases of each claim (core/why_phases.py) with the pod, the nodes and the driver's ledger,
+the phases of each claim (why/rules/phases.py) with the pod, the nodes and the driver's ledger,
 and picks the first thing that blocks, in the order the phases run.
 
 Where the next step is a bet (taking a volume away from a node nobody can reach), the answer
@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from csi_hostpath.core import kube_fields as kf
-from csi_hostpath.core.kube_fields import Obj
-from csi_hostpath.core.why_model import (
+from csi_hostpath.why.rules import kube_fields as kf
+from csi_hostpath.why.rules.diagnosis import (
     FAILED,
     PHASES,
     Blocker,
@@ -22,9 +21,10 @@ from csi_hostpath.core.why_model import (
     Observed,
     driver_summary,
 )
-from csi_hostpath.core.why_node_gone import fenced, holder_gone
-from csi_hostpath.core.why_phases import attachments_of, claim_phases, holder
-from csi_hostpath.core.why_pod import pod_blocker
+from csi_hostpath.why.rules.kube_fields import Obj
+from csi_hostpath.why.rules.node_gone import fenced, holder_gone
+from csi_hostpath.why.rules.phases import attachments_of, claim_phases, holder
+from csi_hostpath.why.rules.pod_blocker import pod_blocker
 
 CAPACITY_WORDS = ("ResourceExhausted", "did not have enough free storage", "no room")
 

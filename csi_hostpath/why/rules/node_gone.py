@@ -2,15 +2,15 @@
 elsewhere waits for the volume, where the next step is a bet with an owner; or back after the
 hold was revoked, its plugin having fenced the volume under a running container.
 
-Pure, like the rest of `why`'s core (core/why_blocker.py calls these).
+Pure, like the rest of `why`'s core (why/rules/blocker.py calls these).
 """
 
 from __future__ import annotations
 
-from csi_hostpath.core import kube_fields as kf
-from csi_hostpath.core.kube_fields import Obj
-from csi_hostpath.core.why_model import FENCED, REVOCATIONS, Blocker, ClaimPhases, Observed
-from csi_hostpath.core.why_phases import holder, staging
+from csi_hostpath.why.rules import kube_fields as kf
+from csi_hostpath.why.rules.diagnosis import FENCED, REVOCATIONS, Blocker, ClaimPhases, Observed
+from csi_hostpath.why.rules.kube_fields import Obj
+from csi_hostpath.why.rules.phases import holder, staging
 
 OUT_OF_SERVICE = "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"
 

@@ -2,8 +2,8 @@
 phases of each claim, then the one blocking reason), and that answer as the versioned JSON
 document of `-o json` (docs/operations.md describes it field by field).
 
-Pure data: the client fills Observed from the API server and the driver, core/why_phases.py
-and core/why_blocker.py turn it into a Diagnosis.
+Pure data: the client fills Observed from the API server and the driver, why/rules/phases.py
+and why/rules/blocker.py turn it into a Diagnosis.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from csi_hostpath.core.kube_fields import Obj
+from csi_hostpath.why.rules.kube_fields import Obj
 
 SCHEMA = "csi-hostpath.why/v1"
 PHASES = ("provision", "bind", "attach", "stage", "publish")

@@ -1,6 +1,6 @@
-"""`kubectl csi-hostpath why`'s core on the eight cases: phases, blocker, next step.
+"""`kubectl csi-hostpath why`'s rules on the eight cases: phases, blocker, next step.
 
-`kubectl csi-hostpath why`'s core, on the object shapes of the eight cases
+`kubectl csi-hostpath why`'s rules (why/rules/), on the object shapes of the eight cases
 (tests/unit/why_cases.py): for each, the five phases and the one blocking reason; the bet and
 its owner where the next step is a force-detach; and what the answer says when the driver's
 view can't be read."""
@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 import pytest
 
-from csi_hostpath.core import kube_fields as kf
-from csi_hostpath.core.why_blocker import diagnose
-from csi_hostpath.core.why_model import DONE, FAILED, SCHEMA, WAITING, Observed, as_json
+from csi_hostpath.why.rules import kube_fields as kf
+from csi_hostpath.why.rules.blocker import diagnose
+from csi_hostpath.why.rules.diagnosis import DONE, FAILED, SCHEMA, WAITING, Observed, as_json
 from tests.unit.why_cases import CASES, NOW, Case
 from tests.unit.why_shapes import LEDGER, NS, Obj, event, node, pod
 

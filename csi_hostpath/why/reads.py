@@ -1,7 +1,7 @@
 """The reads of `kubectl csi-hostpath why`: the Pod (or the claim), its claims, their
 StorageClasses, PersistentVolumes (and any other naming the same volume), VolumeAttachments,
 the nodes and CSINode involved, the pods that share the volumes, the events of each object, and
-the driver's ledger view of each volume, gathered into core.why_model.Observed.
+the driver's ledger view of each volume, gathered into why.rules.diagnosis.Observed.
 
 Only GET and LIST, each answered as the API server's own JSON. The driver's view comes through
 the API server's proxy, to the Service (or, in the local shape, the node plugin pod) that the
@@ -20,10 +20,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from csi_hostpath.client.kube_access import Access
-from csi_hostpath.core import kube_fields as kf
-from csi_hostpath.core.kube_fields import Obj
-from csi_hostpath.core.why_model import Observed
+from csi_hostpath.why.kube_access import Access
+from csi_hostpath.why.rules import kube_fields as kf
+from csi_hostpath.why.rules.diagnosis import Observed
+from csi_hostpath.why.rules.kube_fields import Obj
 
 # On the CSIDriver: where its ledger view is served, as JSON: {"namespace", "service", "port",
 # "controllerPod"} (a controller Service), or {"namespace", "pods", "port"} (a label selector

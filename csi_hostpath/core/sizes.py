@@ -1,5 +1,6 @@
-"""Kubernetes resource quantities ("100Mi", "1.5Gi", "1e3"), as sizes in volume attributes and on
-the command line. Pure: no I/O.
+"""Sizes: the one parser of a size (a Kubernetes resource quantity, "100Mi", "1.5Gi", "1e3", in
+volume attributes and on the command line) and the one formatter of bytes for people ("1.5Gi",
+the same units, so what is printed can be typed back). Pure: no I/O.
 
 The grammar is Kubernetes' own, from k8s.io/apimachinery/pkg/api/resource/quantity.go
 (the comment above `type Quantity` and `parseQuantityString`, used by `ParseQuantity`):
@@ -66,7 +67,7 @@ def parse_quantity(text: str) -> Fraction:
     return -value if match["sign"] == "-" else value
 
 
-def parse_bytes(text: str) -> int:
+def parse_size(text: str) -> int:
     """A size in bytes from a quantity: not negative, rounded up to a whole byte, at most int64."""
     value = parse_quantity(text)
     if value < 0:
@@ -80,8 +81,11 @@ def parse_bytes(text: str) -> int:
 _UNITS = (("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10))
 
 
-def format_bytes(n: int) -> str:
-    """The largest binary unit that keeps the figure >= 1, one decimal unless whole: 1.5Gi."""
+def format_bytes(n: int | None) -> str:
+    """The largest binary unit that keeps the figure >= 1, one decimal unless whole: 1.5Gi; "-"
+    for a size that is not known."""
+    if n is None:
+        return "-"
     for unit, shift in _UNITS:
         if n >= 1 << shift:
             value = n / (1 << shift)
@@ -95,6 +99,6 @@ def describe_bytes(n: int) -> str:
     if n < 1 << 10:
         return f"{n} byte{'' if n == 1 else 's'}"
     short = format_bytes(n)
-    # The exact value, not parse_bytes: a figure rounded up near the int64 limit ("8.0Ei") is
+    # The exact value, not parse_size: a figure rounded up near the int64 limit ("8.0Ei") is
     # past the largest size a request may hold, and a message must still be written for it.
     return short if parse_quantity(short) == n else f"{short} ({n} bytes)"

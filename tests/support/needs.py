@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-DEPS_FILE = Path(__file__).resolve().parent.parent / "tools" / "system-deps.txt"
+DEPS_FILE = Path(__file__).resolve().parents[2] / "tools" / "system-deps.txt"
 
 # The tools each filesystem type needs: format, grow online, and (ext4) grow offline.
 FS_TOOLS = {

@@ -7,9 +7,9 @@ A loop device the kernel adds later gets no node there; devtmpfs makes nodes onl
 namespace, mounts the tmpfs on /dev, copies the nodes by their numbers (mknod) and execs the
 command. Everything it mounts lives in that namespace only and goes with its last process.
 
-`python -m tests.static_dev attach POOL TAG_PREFIX COUNT` is the driver's own attach (LinuxLoop)
-run inside such a namespace: it attaches COUNT files, reports what it got as JSON on stdout, and
-detaches every device it attached before it exits.
+`python -m tests.support.static_dev attach POOL TAG_PREFIX COUNT` is the driver's own attach
+(LinuxLoop) run inside such a namespace: it attaches COUNT files, reports what it got as JSON on
+stdout, and detaches every device it attached before it exits.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import stat
 import sys
 from pathlib import Path
 
-from tests.processes import UNSHARE
+from tests.support.processes import UNSHARE
 
 # The character devices every container gets, copied from the host like the loop nodes.
 _BASIC = ("null", "zero", "full", "random", "urandom")
@@ -81,7 +81,15 @@ def static_dev(
 
 def attach_command(pool: Path, tag_prefix: str, count: int) -> list[str]:
     """`attach` below, run inside a static /dev."""
-    args = [sys.executable, "-m", "tests.static_dev", "attach", str(pool), tag_prefix, str(count)]
+    args = [
+        sys.executable,
+        "-m",
+        "tests.support.static_dev",
+        "attach",
+        str(pool),
+        tag_prefix,
+        str(count),
+    ]
     return [*static_dev(), *args]
 
 

@@ -2,8 +2,8 @@
 kernel do (other test runs, other drivers, udev), so a test can show it holds with that going on.
 
 `with loop_churn(): ...` runs the churn in a child process for the block's duration; run alone
-(`python -m tests.loop_churn [SECONDS]`) it churns until killed or for SECONDS. Its devices are
-backed by files in its own temporary directory: on the way out only those are detached.
+(`python -m tests.support.loop_churn [SECONDS]`) it churns until killed or for SECONDS. Its devices
+are backed by files in its own temporary directory: on the way out only those are detached.
 
 `loop_churn(late_detaches=True)` adds a second child: another node plugin on the same kernel
 (the driver's own Loop) whose every detach is made twice, the second one late, after its device
@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.kernel import release_loop
+from tests.support.kernel import release_loop
 
 BACKING_SIZE = 1 << 20
 
@@ -110,8 +110,8 @@ def late_detach_churn(root: str, parent: int) -> None:
 
 def _spawn(call: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-c", f"from tests.loop_churn import *; {call}"],
-        cwd=Path(__file__).resolve().parent.parent,
+        [sys.executable, "-c", f"from tests.support.loop_churn import *; {call}"],
+        cwd=Path(__file__).resolve().parents[2],
         start_new_session=True,
     )
 

@@ -11,8 +11,8 @@ from fractions import Fraction
 import pytest
 
 from csi_hostpath.core.errors import InvalidRequest
-from csi_hostpath.core.quantity import MAX_BYTES, describe_bytes
-from csi_hostpath.service.node.inline import parse_size
+from csi_hostpath.core.sizes import MAX_BYTES, describe_bytes
+from csi_hostpath.service.node.inline import inline_size
 
 KiB, MiB, GiB, TiB, PiB, EiB = (1 << (10 * n) for n in range(1, 7))
 
@@ -48,7 +48,7 @@ KiB, MiB, GiB, TiB, PiB, EiB = (1 << (10 * n) for n in range(1, 7))
     ],
 )
 def test_kubernetes_quantities(text: str, size: int) -> None:
-    assert parse_size(text) == size
+    assert inline_size(text) == size
 
 
 @pytest.mark.parametrize(
@@ -80,7 +80,7 @@ def test_kubernetes_quantities(text: str, size: int) -> None:
 )
 def test_junk_is_refused_with_a_message(text: str) -> None:
     with pytest.raises(InvalidRequest, match="quantity"):
-        parse_size(text)
+        inline_size(text)
 
 
 def test_a_huge_number_is_refused_quickly() -> None:
@@ -89,12 +89,12 @@ def test_a_huge_number_is_refused_quickly() -> None:
     start = time.perf_counter()
     for text in ("9" * 5000, "1e" + "9" * 40, "0." + "0" * 40 + "1e45"):
         with pytest.raises(InvalidRequest):
-            parse_size(text)
+            inline_size(text)
     assert time.perf_counter() - start < 0.1
 
 
 def test_the_exact_value_keeps_sign_and_fraction() -> None:
-    from csi_hostpath.core.quantity import parse_quantity
+    from csi_hostpath.core.sizes import parse_quantity
 
     assert parse_quantity("-1.5Ki") == Fraction(-1536)
     assert parse_quantity("100m") == Fraction(1, 10)

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import grpc
 
-from tests.volume_cli_runner import Cli
+from tests.support.volume_cli_runner import Cli
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STOP_TIMEOUT = 60.0
 
 
