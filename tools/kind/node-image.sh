@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A kind node image made on this machine without any registry, for the Kubernetes release
-# KUBERNETES_VERSION selects (tools/cluster/pins.sh: versions.env's by default), the way kind's own `kind build node-image` assembles one (which
+# A kind node image made here without any registry, for the Kubernetes KUBERNETES_VERSION selects
+# (tools/cluster/pins.sh), the way kind's own `kind build node-image` assembles one (which
 # always fetches etcd, CoreDNS, pause and kindnetd from registries, so it can't run offline).
 #
 #   tools/kind/node-image.sh build    make it unless Docker has it or its archive is cached; print
