@@ -23,9 +23,13 @@ HELM_ARGS ?=
 KIND_CLUSTER ?= csi-hostpath
 KIND_CONFIG ?= examples/kind-config.yaml
 # Empty: kind-up makes a node image here, without a registry (tools/kind/node-image.sh, for the
-# Kubernetes of tools/cluster/versions.env). Where a registry can be reached, kind's own works
+# Kubernetes KUBERNETES_VERSION selects). Where a registry can be reached, kind's own works
 # too: KIND_NODE_IMAGE=kindest/node:v1.35.1.
 KIND_NODE_IMAGE ?=
+# The Kubernetes of the node image, the programs and the e2e suite: empty for the default of
+# tools/cluster/versions.env (v1.35.4), or a release or minor with pins of its own
+# (tools/cluster/pins.sh: v1.34.4). Passed on explicitly: sudo keeps no environment.
+KUBERNETES_VERSION ?=
 # Must match the hostPath entries of $(KIND_CONFIG): kind does not expand variables there. Under
 # /var/lib, never /tmp (a tmpfs, or cleaned at boot): the pool and the ledger must outlive both.
 KIND_SHARED_DIR ?= /var/lib/csi-hostpath-kind
@@ -36,7 +40,7 @@ SUDO ?= $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # kind load image-archive, which works on every engine version.
 IMAGE_ARCHIVE ?= $(CURDIR)/.run/$(IMAGE)-$(IMAGE_TAG).tar
 KIND_ENV = KIND_CLUSTER=$(KIND_CLUSTER) KIND_CONFIG=$(KIND_CONFIG) KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) \
-	KIND_SHARED_DIR=$(KIND_SHARED_DIR)
+	KIND_SHARED_DIR=$(KIND_SHARED_DIR) KUBERNETES_VERSION=$(KUBERNETES_VERSION)
 
 # $(call need,TOOL): stop with a clear message when TOOL is not on PATH.
 need = @command -v $(1) >/dev/null 2>&1 || { echo "$(1) not found: this target needs it on PATH (see docs/kind.md)" >&2; exit 1; }
@@ -81,7 +85,8 @@ kind-deploy: image  ## load the image into kind (as an archive) and helm upgrade
 E2E_ARGS ?=
 
 kind-e2e: install  ## experiments a-q on kind, a b d k p on kind without the host's /dev, nothing left behind (root; E2E_ARGS=--dry-run)
-	$(SUDO) KIND_CLUSTER=$(KIND_CLUSTER) KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) PY=$(PY) \
+	$(SUDO) KIND_CLUSTER=$(KIND_CLUSTER) KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) \
+		KUBERNETES_VERSION=$(KUBERNETES_VERSION) PY=$(PY) \
 		bash tools/kind-e2e.sh $(E2E_ARGS)
 
 # CI's proof of kind (.ci/run, after make test): the same script, fewer experiments. kind-up builds
@@ -90,5 +95,6 @@ kind-e2e: install  ## experiments a-q on kind, a b d k p on kind without the hos
 # that nothing is left on the host.
 KIND_SMOKE_ARGS ?= --only abdk --plain p
 kind-smoke: install  ## CI's kind check: kind-up (building what is missing), helm install, experiments a b d k (+ p plain), kind-down, nothing left (root)
-	$(SUDO) KIND_CLUSTER=$(KIND_CLUSTER) KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) PY=$(PY) \
+	$(SUDO) KIND_CLUSTER=$(KIND_CLUSTER) KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) \
+		KUBERNETES_VERSION=$(KUBERNETES_VERSION) PY=$(PY) \
 		bash tools/kind-e2e.sh $(KIND_SMOKE_ARGS) $(E2E_ARGS)

@@ -16,7 +16,8 @@ K8S_E2E_ARGS ?=
 k8s-e2e: install  ## the Kubernetes external storage e2e suite on kind: up, chart, suite, junit + summary, down (root)
 	@K8S_E2E_PROCS=$(K8S_E2E_PROCS) K8S_E2E_TIMEOUT=$(K8S_E2E_TIMEOUT) \
 		K8S_E2E_DISRUPTIVE=$(K8S_E2E_DISRUPTIVE) K8S_E2E_KEEP=$(K8S_E2E_KEEP) PY=$(CURDIR)/$(PY) \
-		KIND_CLUSTER=$(KIND_CLUSTER) bash tools/cluster/k8s-e2e.sh $(K8S_E2E_ARGS)
+		KIND_CLUSTER=$(KIND_CLUSTER) KUBERNETES_VERSION=$(KUBERNETES_VERSION) \
+		bash tools/cluster/k8s-e2e.sh $(K8S_E2E_ARGS)
 
 # How many times k8s-bench repeats its set of measurements.
 K8S_BENCH_ROUNDS ?= 1
@@ -24,4 +25,5 @@ K8S_BENCH_ROUNDS ?= 1
 k8s-bench: install  ## in-cluster latency of the driver on kind: claim -> pod Running (20 in a row, 20 at once), snapshot -> restored Bound (root)
 	@K8S_E2E_KEEP=$(K8S_E2E_KEEP) K8S_BENCH_ROUNDS=$(K8S_BENCH_ROUNDS) \
 		K8S_E2E_LOCAL=0 PY=$(CURDIR)/$(PY) KIND_CLUSTER=$(KIND_CLUSTER) \
+		KUBERNETES_VERSION=$(KUBERNETES_VERSION) \
 		bash tools/cluster/k8s-e2e.sh --bench $(K8S_E2E_ARGS)

@@ -17,13 +17,16 @@
 #    is theirs), the project's dockerd stopped when this run started it.
 # --dry-run prints the steps and runs nothing; --keep leaves the last cluster up (kind-down
 # removes it). The shared pool is a directory of the run's own, removed at the end.
-# Settings: as tools/kind/up.sh (make passes mk/deploy.mk's), and E2E_SET='KEY=VALUE ...' for
-# more chart values.
+# Settings: as tools/kind/up.sh (make passes mk/deploy.mk's; KUBERNETES_VERSION=v1.34.4 runs it all
+# on Kubernetes 1.34), and E2E_SET='KEY=VALUE ...' for more chart values.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
 cd "$repo"
+# The Kubernetes release and its pins (KUBERNETES_VERSION); an unknown minor stops here.
+# shellcheck source=tools/cluster/pins.sh
+. tools/cluster/pins.sh
 
 DRY_RUN=0 KEEP=0 ONLY='' PLAIN=abdkp
 while [ $# -gt 0 ]; do
@@ -110,7 +113,9 @@ if [ "$DRY_RUN" = 0 ]; then
 fi
 last=project
 [ -z "$PLAIN" ] || last=plain
-step "programs and images the cache lacks (tools/cluster/build.sh kind; images.sh build)"
+step "programs and images the cache lacks (tools/cluster/build.sh kind; images.sh build) for" \
+  "Kubernetes $KUBERNETES_VERSION (pins: $PINS_FILES; ginkgo $GINKGO_VERSION, etcd $ETCD_VERSION," \
+  "CoreDNS $COREDNS_VERSION, agnhost $AGNHOST_VERSION)"
 run bash tools/cluster/build.sh kind
 run bash tools/cluster/images.sh build
 shape project examples/kind-config.yaml "$ONLY"

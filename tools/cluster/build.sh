@@ -13,7 +13,9 @@
 #   tools/cluster/build.sh versions [T…]  print the version each built program reports
 #
 # Each program is built with `go build` (`go test -c` for e2e.test) in tools/cluster/go/COMPONENT,
-# whose go.mod requires the component's module at its pin in tools/cluster/versions.env. The
+# whose go.mod requires the component's module at its pin in tools/cluster/versions.env; for
+# another Kubernetes minor (KUBERNETES_VERSION=v1.34.4: tools/cluster/pins.sh) in
+# tools/cluster/go/COMPONENT-1.34 where the minor's pins file changes that component's pin. The
 # result goes to ${CSI_HOSTPATH_CACHE:-~/.cache/csi-hostpath}/COMPONENT-VERSION/, outside the
 # checkout: written in COMPONENT-VERSION.partial, then renamed, so an interrupted build never
 # looks finished, and a program that is there is never built again (delete it to rebuild).
@@ -22,8 +24,8 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 godir="$here/go"
 cache=${CSI_HOSTPATH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/csi-hostpath}
-# shellcheck source=tools/cluster/versions.env
-. "$here/versions.env"
+# shellcheck source=tools/cluster/pins.sh
+. "$here/pins.sh"
 
 # One program a line: NAME COMPONENT KIND WHAT. KIND is bin (go build WHAT), test (go test -c
 # WHAT) or crds (the *.yaml files of MODULE/SUBDIR, WHAT being MODULE:SUBDIR, copied from the
@@ -107,6 +109,13 @@ version_of() {
   esac
 }
 
+# moddir COMPONENT: the module directory of the component at the selected minor's pins: its own
+# one for that minor where there is one, else the default's.
+moddir() {
+  if [ -d "$godir/$1-$KUBERNETES_MINOR" ]; then echo "$godir/$1-$KUBERNETES_MINOR"
+  else echo "$godir/$1"; fi
+}
+
 comp_dir() { echo "$cache/$1-$(version_of "$1")"; }
 path_of() { echo "$(comp_dir "$(field "$1" 2)")/$1"; }
 
@@ -160,10 +169,11 @@ ensure_build_deps() {
 
 # run COMPONENT CMD...: run a go command in the component's module, or fail naming both.
 run() {
-  local comp=$1
+  local comp=$1 dir
   shift
-  if ! (cd "$godir/$comp" && "$@"); then
-    echo "build.sh: $comp $(version_of "$comp"): failed: (cd $godir/$comp && $(printf '%q ' "$@"))" >&2
+  dir=$(moddir "$comp")
+  if ! (cd "$dir" && "$@"); then
+    echo "build.sh: $comp $(version_of "$comp"): failed: (cd $dir && $(printf '%q ' "$@"))" >&2
     return 1
   fi
 }
@@ -209,7 +219,7 @@ check_agnhost() {
   dir=$(run kubernetes go list -m -f '{{.Dir}}' k8s.io/kubernetes) || return 1
   want=$(tr -d '[:space:]' <"$dir/test/images/agnhost/VERSION") || return 1
   [ "$want" = "$AGNHOST_VERSION" ] && return 0
-  echo "build.sh: kubernetes $KUBERNETES_VERSION ships agnhost $want, but versions.env pins AGNHOST_VERSION=$AGNHOST_VERSION: change the pin" >&2
+  echo "build.sh: kubernetes $KUBERNETES_VERSION ships agnhost $want, but $PINS_FILES pin AGNHOST_VERSION=$AGNHOST_VERSION: change the pin" >&2
   return 1
 }
 

@@ -57,6 +57,14 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # Another table of the same format, for another set of images (a kind node's: tools/kind/).
 table=${CSI_HOSTPATH_IMAGES_TABLE:-$table}
 
+# The agnhost tag follows the Kubernetes minor KUBERNETES_VERSION selects: images.txt says
+# @AGNHOST_VERSION@, filled in here rather than in lib.sh's table_rows, because lib.sh is an
+# input of every image's key and a change there would make every archive anew.
+# shellcheck source=tools/cluster/pins.sh
+. "$here/pins.sh"
+eval "lib_table_rows() $(declare -f table_rows | tail -n +2)"
+table_rows() { lib_table_rows | sed "s#@AGNHOST_VERSION@#$AGNHOST_VERSION#g"; }
+
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0" >&2; exit 2; }
 
 # key_of NAME:TAG RECIPE SOURCE: the hash of the image's inputs; fails when they are not there.

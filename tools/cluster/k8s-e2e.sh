@@ -25,6 +25,8 @@
 #   K8S_E2E_LOCAL=0          leave out the local shape's release and specs
 #   K8S_E2E_KEEP=1           leave the cluster up at the end
 #   K8S_E2E_OUT=DIR          default .run/kind-<name>-k8s-e2e
+#   KUBERNETES_VERSION=V     the cluster's and e2e.test's Kubernetes: a release or minor with pins
+#                            (tools/cluster/pins.sh; v1.35.4 by default, v1.34.4)
 # --dry-run prints each step and runs nothing. --bench sets the cluster up the same way, then runs
 # bench/cluster_latency.py (claim -> pod Running, snapshot -> restored claim Bound) instead of the
 # suite, into K8S_E2E_OUT/latency.json (make k8s-bench; docs/benchmarks.md).
@@ -33,6 +35,9 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 cd "$repo"
+# The Kubernetes release and its pins (KUBERNETES_VERSION); an unknown minor stops here.
+# shellcheck source=tools/cluster/pins.sh
+. tools/cluster/pins.sh
 
 DRY_RUN=0 BENCH=0
 for arg in "$@"; do
@@ -133,13 +138,13 @@ finish() {
   exit "$rc"
 }
 
-step "programs: e2e.test, ginkgo, the cluster's (built once, cached)"
+step "programs: e2e.test, ginkgo, the cluster's (built once, cached), Kubernetes $KUBERNETES_VERSION (pins: $PINS_FILES)"
 run bash tools/cluster/build.sh kind e2e >/dev/null
 step "images (cached; the suite's and the driver's)"
 run bash tools/cluster/images.sh build
 # Read whole (grep -q would end the listing early, and pipefail would call that a failure).
 built=$(bash tools/cluster/images.sh list)
-for image in registry.k8s.io/e2e-test-images/agnhost:2.59 registry.k8s.io/e2e-test-images/busybox:1.37.0-1 \
+for image in registry.k8s.io/e2e-test-images/agnhost:"$AGNHOST_VERSION" registry.k8s.io/e2e-test-images/busybox:1.37.0-1 \
   registry.k8s.io/e2e-test-images/nginx:1.14-4 registry.k8s.io/e2e-test-images/jessie-dnsutils:1.7; do
   [ "$DRY_RUN" = 1 ] || [[ $'\n'$built == *$'\n'"$image "* ]] ||
     { echo "k8s-e2e: image $image is not built (tools/cluster/images.sh build $image)" >&2; exit 1; }

@@ -13,6 +13,18 @@ config_shared=/var/lib/csi-hostpath-kind
 state=$repo/.run/kind/$KIND_CLUSTER
 kubeconfig=$state/kubeconfig
 
+# kind_config: the configuration kind is given: KIND_CONFIG with KIND_SHARED_DIR in place of the
+# configurations' host directory and, on Kubernetes 1.34 (KUBERNETES_MINOR, tools/cluster/pins.sh),
+# the gate MutableCSINodeAllocatableCount on: beta but off in 1.34 (on from 1.35), and without it
+# the apiserver drops the CSIDriver's nodeAllocatableUpdatePeriodSeconds and no kubelet updates
+# CSINode's count (experiment n). A configuration with featureGates of its own is left as it is.
+kind_config() {
+  sed "s#$config_shared/#$KIND_SHARED_DIR/#g" "$KIND_CONFIG"
+  if [ "${KUBERNETES_MINOR:-}" = 1.34 ] && ! grep -q '^featureGates:' "$KIND_CONFIG"; then
+    printf 'featureGates:\n  MutableCSINodeAllocatableCount: true\n'
+  fi
+}
+
 log() { printf '%s kind: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf 'kind: %s\n' "$*" >&2; exit 1; }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A kind node image made on this machine without any registry, for the Kubernetes version of
-# tools/cluster/versions.env, the way kind's own `kind build node-image` assembles one (which
+# A kind node image made here without any registry, for the Kubernetes KUBERNETES_VERSION selects
+# (tools/cluster/pins.sh), the way kind's own `kind build node-image` assembles one (which
 # always fetches etcd, CoreDNS, pause and kindnetd from registries, so it can't run offline).
 #
 #   tools/kind/node-image.sh build    make it unless Docker has it or its archive is cached; print
@@ -31,8 +31,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 cluster=$repo/tools/cluster
 cache=${CSI_HOSTPATH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/csi-hostpath}
-# shellcheck source=tools/cluster/versions.env
-. "$cluster/versions.env"
+# shellcheck source=tools/cluster/pins.sh
+. "$cluster/pins.sh"
 pause_image=registry.k8s.io/pause:3.10.1
 net_image=csi-hostpath-kind-net:$KUBERNETES_VERSION
 table=$cache/kind/node-images-$KUBERNETES_VERSION.txt

@@ -9,11 +9,14 @@
 #   KIND_CONFIG       kind's configuration (examples/kind-config.yaml)
 #   KIND_NODE_IMAGE   a node image to use as it is (kindest/node:v1.35.1 where a registry can
 #                     be reached); empty: make one here
-#   KIND_SHARED_DIR   the host directory of the shared pool and the controller's state; when it
-#                     is not the configuration's /var/lib/csi-hostpath-kind, a copy of the
-#                     configuration naming it is used
+#   KIND_SHARED_DIR   the host directory of the shared pool and the controller's state, put in
+#                     place of the configuration's /var/lib/csi-hostpath-kind in the copy kind
+#                     is given (tools/kind/lib.sh, kind_config)
 #   KIND_IMAGES       1: build (tools/cluster/images.sh build) and `kind load image-archive` the
 #                     driver's, the sidecars' and the test images (the default); 0: none
+#   KUBERNETES_VERSION  the Kubernetes of the node image and the programs: a release or minor
+#                     tools/cluster/pins.sh has pins for (v1.35.4 by default, v1.34.4); on 1.34
+#                     the configuration handed to kind turns MutableCSINodeAllocatableCount on
 # What the cache (CSI_HOSTPATH_CACHE, default ~/.cache/csi-hostpath) lacks is built first, with
 # `tools/cluster/build.sh kind` (the node image's programs, kubectl, helm, the sidecars, the
 # snapshot CRDs and controller, the snapshot metadata CRDs and lister, agnhost), so a new machine
@@ -24,6 +27,9 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 # shellcheck source=tools/kind/lib.sh
 . "$here/lib.sh"
+# An unknown minor stops here, before anything is built.
+# shellcheck source=tools/cluster/pins.sh
+. "$repo/tools/cluster/pins.sh"
 
 started=$SECONDS
 mkdir -p "$state"
@@ -58,11 +64,9 @@ if "$kind" get clusters 2>/dev/null | grep -qx "$KIND_CLUSTER"; then
 fi
 
 mkdir -p "$KIND_SHARED_DIR/pool" "$KIND_SHARED_DIR/controller"
-config=$KIND_CONFIG
-if [ "$KIND_SHARED_DIR" != "$config_shared" ]; then
-  config=$state/kind-config.yaml
-  sed "s#$config_shared/#$KIND_SHARED_DIR/#g" "$KIND_CONFIG" >"$config"
-fi
+config=$state/kind-config.yaml
+kind_config >"$config"
+log "Kubernetes $KUBERNETES_VERSION (pins: $PINS_FILES); kind's configuration: $config"
 # kind mounts the host's /lib/modules into every node; Docker makes it when the host has none.
 [ -e /lib/modules ] || touch "$state/made-lib-modules"
 

@@ -1,7 +1,9 @@
 """tools/cluster/build.sh and its pins, without the network or a Go toolchain.
 
-The pins live once in tools/cluster/versions.env; each component's own go.mod must require the
-same version, or the cache directory named by the pin would hold another version's binaries. A
+The pins live once in tools/cluster/versions.env, with versions-1.MM.env over it for another
+Kubernetes minor (KUBERNETES_VERSION selects it, tools/cluster/pins.sh); each component's go.mod
+(go/COMPONENT-1.MM where that minor has its own) must require the same version, or the cache
+directory named by the pin would hold another version's binaries. An unknown minor is refused. A
 cache that has every program must build nothing (a warm run takes seconds), a `.partial`
 directory must never count as built, and a failed go command must be named with its component.
 """
@@ -20,18 +22,43 @@ ROOT = Path(__file__).resolve().parents[3]
 CLUSTER = ROOT / "tools" / "cluster"
 BUILD = CLUSTER / "build.sh"
 PIN_LINE = re.compile(r"^([A-Z][A-Z0-9_]*)=([^\s'\"$`\\]+)$")
+# The minors with pins: versions.env's own (None) and each versions-1.MM.env's.
+MINORS: list[str | None] = [
+    None,
+    *sorted(p.name[len("versions-") : -len(".env")] for p in CLUSTER.glob("versions-1.*.env")),
+]
+# What a minor's file may change: the pins that follow Kubernetes.
+KUBERNETES_COUPLED = {
+    "KUBERNETES_VERSION",
+    "KUBERNETES_STAGING_VERSION",
+    "AGNHOST_VERSION",
+    "GINKGO_VERSION",
+    "ETCD_VERSION",
+    "COREDNS_VERSION",
+}
 
 
-def _pins() -> dict[str, str]:
+def _read_pins(name: str) -> dict[str, str]:
     pins: dict[str, str] = {}
-    for number, line in enumerate((CLUSTER / "versions.env").read_text().splitlines(), 1):
+    for number, line in enumerate((CLUSTER / name).read_text().splitlines(), 1):
         if not line.strip() or line.startswith("#"):
             continue
         match = PIN_LINE.match(line)
-        assert match, f"versions.env:{number}: not a plain NAME=VALUE line: {line!r}"
-        assert match.group(1) not in pins, f"versions.env:{number}: {match.group(1)} twice"
+        assert match, f"{name}:{number}: not a plain NAME=VALUE line: {line!r}"
+        assert match.group(1) not in pins, f"{name}:{number}: {match.group(1)} twice"
         pins[match.group(1)] = match.group(2)
     return pins
+
+
+def _pins(minor: str | None = None) -> dict[str, str]:
+    """versions.env, with a minor's own file over it."""
+    pins = _read_pins("versions.env")
+    return pins if minor is None else {**pins, **_read_pins(f"versions-{minor}.env")}
+
+
+def _minor_env(minor: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_VERSION"}
+    return env if minor is None else {**env, "KUBERNETES_VERSION": f"v{minor}"}
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -40,23 +67,29 @@ def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
         check=False,
         capture_output=True,
         text=True,
-        env=env,
+        env=_minor_env(None) if env is None else env,
         timeout=60,
     )
 
 
-def _programs() -> list[tuple[str, str, str, str]]:
+def _programs(minor: str | None = None) -> list[tuple[str, str, str, str]]:
     """(name, component, version, package) of each program, as `build.sh list` prints them."""
-    out = _run("list")
+    out = _run("list", env=_minor_env(minor))
     assert out.returncode == 0, out.stderr
     rows = [tuple(line.split()) for line in out.stdout.splitlines()]
     assert rows and all(len(row) == 4 for row in rows), out.stdout
     return rows  # type: ignore[return-value]
 
 
-def _go_mod(component: str) -> tuple[dict[str, str], dict[str, str]]:
+def _moddir(component: str, minor: str | None = None) -> Path:
+    """The module directory build.sh builds a component in at that minor."""
+    own = CLUSTER / "go" / f"{component}-{minor}"
+    return own if minor is not None and own.is_dir() else CLUSTER / "go" / component
+
+
+def _go_mod(component: str, minor: str | None = None) -> tuple[dict[str, str], dict[str, str]]:
     """The required and the replacement versions of a component's go.mod, by module path."""
-    text = (CLUSTER / "go" / component / "go.mod").read_text()
+    text = (_moddir(component, minor) / "go.mod").read_text()
     required: dict[str, str] = {}
     replaced: dict[str, str] = {}
     for block in re.findall(r"^require \((.*?)^\)", text, re.S | re.M):
@@ -89,19 +122,39 @@ def _module_of(package: str, required: dict[str, str]) -> str:
     return max(owners, key=len)
 
 
-def test_versions_env_is_plain_name_value_lines() -> None:
-    pins = _pins()
+@pytest.mark.parametrize("minor", MINORS)
+def test_versions_env_is_plain_name_value_lines(minor: str | None) -> None:
+    pins = _pins(minor)
     for name, value in pins.items():
         if name.endswith("_VERSION") and name != "AGNHOST_VERSION":
             assert re.fullmatch(r"v\d+\.\d+\.\d+", value), f"{name}={value} is not vX.Y.Z"
     kube = pins["KUBERNETES_VERSION"].split(".")
     staging = pins["KUBERNETES_STAGING_VERSION"].split(".")
     assert staging[0] == "v0" and staging[1:] == kube[1:], "staging is v0.<minor>.<patch>"
+    if minor is not None:
+        assert kube[1] == minor.split(".")[1], f"versions-{minor}.env pins {kube}"
+        own = set(_read_pins(f"versions-{minor}.env"))
+        assert own <= KUBERNETES_COUPLED, f"versions-{minor}.env: {own - KUBERNETES_COUPLED}"
 
 
-def test_each_go_mod_requires_the_pinned_version() -> None:
-    for _name, component, version, package in _programs():
-        required, replaced = _go_mod(component)
+def test_a_minors_module_directories_are_its_changed_components() -> None:
+    # A go/COMPONENT-1.MM directory without a pin of that minor's file behind it would build the
+    # default's version into a directory named for another (or never be used at all).
+    default = {component: version for _, component, version, _ in _programs()}
+    dirs = sorted((CLUSTER / "go").glob("*-1.*"))
+    assert dirs, "no module directory of another minor"
+    for path in dirs:
+        component, minor = path.name.rsplit("-", 1)
+        assert component in default, f"{path.name}: no component {component}"
+        assert minor in MINORS, f"{path.name}: no versions-{minor}.env"
+        theirs = {component: version for _, component, version, _ in _programs(minor)}
+        assert theirs[component] != default[component], f"{path.name}: the default's version"
+
+
+@pytest.mark.parametrize("minor", MINORS)
+def test_each_go_mod_requires_the_pinned_version(minor: str | None) -> None:
+    for _name, component, version, package in _programs(minor):
+        required, replaced = _go_mod(component, minor)
         own = _own_program(component, package)
         if own is not None:
             assert "package main" in (own / "main.go").read_text(), f"{package}: no main package"
@@ -111,32 +164,59 @@ def test_each_go_mod_requires_the_pinned_version() -> None:
             continue  # a CRD module is required at whatever version the component's module uses
         assert required[module] == version, f"{component}/go.mod: {module} {required[module]}"
         assert replaced.get(module, version) == version, f"{component}/go.mod replaces {module}"
-        assert (CLUSTER / "go" / component / "go.sum").is_file(), f"{component}: no go.sum"
+        assert (_moddir(component, minor) / "go.sum").is_file(), f"{component}: no go.sum"
 
 
-def test_each_program_is_imported_by_its_tools_go() -> None:
+@pytest.mark.parametrize("minor", MINORS)
+def test_each_program_is_imported_by_its_tools_go(minor: str | None) -> None:
     # go mod tidy keeps go.sum complete only for the packages tools.go imports.
-    for _name, component, _, package in _programs():
+    for _name, component, _, package in _programs(minor):
         if ":" in package or _own_program(component, package) is not None:
             continue  # a package of the module itself needs no import to be tidied
-        tools = (CLUSTER / "go" / component / "tools.go").read_text()
+        tools = (_moddir(component, minor) / "tools.go").read_text()
         assert f'_ "{package}"' in tools, f"{component}/tools.go does not import {package}"
 
 
-def test_kubernetes_staging_modules_are_its_release() -> None:
-    pins = _pins()
-    _, replaced = _go_mod("kubernetes")
+@pytest.mark.parametrize("minor", MINORS)
+def test_kubernetes_staging_modules_are_its_release(minor: str | None) -> None:
+    pins = _pins(minor)
+    _, replaced = _go_mod("kubernetes", minor)
     staging = {m: v for m, v in replaced.items() if m.startswith("k8s.io/")}
     assert len(staging) > 20, "k8s.io/kubernetes needs each staging module replaced"
     wrong = {m: v for m, v in staging.items() if v != pins["KUBERNETES_STAGING_VERSION"]}
     assert not wrong, f"staging modules not at the pin: {wrong}"
 
 
-def test_ginkgo_is_the_release_e2e_test_is_built_with() -> None:
+@pytest.mark.parametrize("minor", MINORS)
+def test_ginkgo_is_the_release_e2e_test_is_built_with(minor: str | None) -> None:
     # ginkgo -p runs e2e.test as its workers; a CLI of another release than the library inside
     # the binary warns at every run, and their parallel protocol may differ.
-    required, _ = _go_mod("kubernetes")
-    assert _pins()["GINKGO_VERSION"] == required["github.com/onsi/ginkgo/v2"]
+    required, _ = _go_mod("kubernetes", minor)
+    assert _pins(minor)["GINKGO_VERSION"] == required["github.com/onsi/ginkgo/v2"]
+
+
+def test_kubernetes_version_selects_a_minors_pins(tmp_path: Path) -> None:
+    env = {**_minor_env(None), "CSI_HOSTPATH_CACHE": str(tmp_path)}
+    for minor in MINORS[1:]:
+        assert minor is not None
+        pins = _pins(minor)
+        for asked in (pins["KUBERNETES_VERSION"], f"v{minor}", minor):
+            out = _run("path", "kubelet", env={**env, "KUBERNETES_VERSION": asked})
+            kube = pins["KUBERNETES_VERSION"]
+            assert out.stdout.strip() == f"{tmp_path}/kubernetes-{kube}/kubelet", out.stderr
+        out = _run("path", "ginkgo", env={**env, "KUBERNETES_VERSION": f"v{minor}"})
+        assert out.stdout.strip() == f"{tmp_path}/ginkgo-{pins['GINKGO_VERSION']}/ginkgo"
+
+
+def test_an_unknown_minor_or_release_is_refused_naming_the_supported_ones() -> None:
+    supported = [_pins(m)["KUBERNETES_VERSION"] for m in MINORS]
+    assert len(supported) >= 2, supported
+    wrong_patch = supported[1].rsplit(".", 1)[0] + ".999"
+    for asked in ("v1.99.0", "v1.99", wrong_patch, "latest"):
+        out = _run("path", "kubelet", env={**_minor_env(None), "KUBERNETES_VERSION": asked})
+        assert out.returncode == 2 and out.stdout == "", (asked, out.stdout)
+        assert f"KUBERNETES_VERSION={asked}: " in out.stderr, out.stderr
+        assert all(v in out.stderr for v in supported), out.stderr
 
 
 def test_help_names_the_interface() -> None:
@@ -242,17 +322,18 @@ def test_a_failed_go_command_is_named_with_its_component(tmp_path: Path) -> None
     assert not (cache / f"helm-{pins['HELM_VERSION']}").exists()
 
 
-def test_each_built_program_reports_its_pin() -> None:
+@pytest.mark.parametrize("minor", MINORS)
+def test_each_built_program_reports_its_pin(minor: str | None) -> None:
     # The version ldflags: a program built without them says v0.0.0 or "unknown", and helm's
     # kubeVersion checks and the e2e suite's version gates then go wrong. Programs not built on
     # this machine are left out (building needs the network).
-    pins = _pins()
-    out = _run("versions", "everything")
+    pins = _pins(minor)
+    out = _run("versions", "everything", env=_minor_env(minor))
     assert out.returncode == 0, out.stderr
     built = [line.split(" ", 1) for line in out.stdout.splitlines() if "(not built)" not in line]
     if not built:
         pytest.skip("nothing is built here yet: tools/cluster/build.sh kind")
-    versions = {name: version for name, _, version, _ in _programs()}
+    versions = {name: version for name, _, version, _ in _programs(minor)}
     for name, said in built:
         if name.endswith(("-crds", "-manifests")):
             assert not said.startswith("0 "), f"{name}: {said}"

@@ -20,20 +20,26 @@ import yaml
 from tests.chart import chart_tool
 from tests.chart.chart_tool import ROOT, SNAPSHOT_API
 from tests.k8s.experiments.chart import SHAPE_VALUES, chart_values
+from tests.k8s.images.pins import MINORS, minor_env, pins
 from tests.k8s.test_project_clusters import helm_values
 
 SCRIPT = ROOT / "tools" / "cluster" / "images.sh"
 TABLE = ROOT / "tools" / "cluster" / "images" / "images.txt"
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-# The e2e suite's image list at the cluster's Kubernetes version, in the Go module cache.
-E2E_MANIFEST = Path(
-    os.environ.get("GOMODCACHE", Path.home() / "go" / "pkg" / "mod"),
-    "k8s.io/kubernetes@v1.35.4/test/utils/image/manifest.go",
-)
 
 
-def images_sh(*args: str, cache: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
+def e2e_manifest(minor: str | None = None) -> Path:
+    """The e2e suite's image list at a minor's Kubernetes release, in the Go module cache."""
+    return Path(
+        os.environ.get("GOMODCACHE", Path.home() / "go" / "pkg" / "mod"),
+        f"k8s.io/kubernetes@{pins(minor)['KUBERNETES_VERSION']}/test/utils/image/manifest.go",
+    )
+
+
+def images_sh(
+    *args: str, cache: Path | None = None, minor: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = minor_env(minor)
     if cache is not None:
         env["CSI_HOSTPATH_CACHE"] = str(cache)
     return subprocess.run(
@@ -46,8 +52,8 @@ def images_sh(*args: str, cache: Path | None = None) -> subprocess.CompletedProc
     )
 
 
-def names() -> list[str]:
-    result = images_sh("names")
+def names(minor: str | None = None) -> list[str]:
+    result = images_sh("names", minor=minor)
     assert result.returncode == 0, result.stderr
     return result.stdout.split()
 
@@ -73,7 +79,12 @@ def test_the_table_is_what_names_prints() -> None:
     ]
     assert all(len(row) == 3 for row in rows), rows
     # A `none` row is an image the chart's defaults name and the script does not make.
-    made = [row[0].replace("@VERSION@", VERSION) for row in rows if row[1] != "none"]
+    agnhost = pins()["AGNHOST_VERSION"]
+    made = [
+        row[0].replace("@VERSION@", VERSION).replace("@AGNHOST_VERSION@", agnhost)
+        for row in rows
+        if row[1] != "none"
+    ]
     assert names() == made
     assert len(set(names())) == len(names())
 
@@ -117,9 +128,9 @@ def test_every_image_of_the_examples_is_made_here() -> None:
         assert image in made, f"examples/{where} runs {image}, which images.sh does not make"
 
 
-def e2e_images() -> dict[str, str]:
+def e2e_images(minor: str | None = None) -> dict[str, str]:
     """ImageID -> registry/name:tag of the suite's list, read from manifest.go."""
-    text = E2E_MANIFEST.read_text()
+    text = e2e_manifest(minor).read_text()
     registries = dict(re.findall(r'(\w+Registry):\s+"([^"]+)"', text))
     found = {}
     for image_id, reg, name, tag in re.findall(
@@ -129,12 +140,14 @@ def e2e_images() -> dict[str, str]:
     return found
 
 
-@pytest.mark.skipif(not E2E_MANIFEST.is_file(), reason=f"no {E2E_MANIFEST} in the module cache")
-def test_the_e2e_suites_busybox_name() -> None:
-    suite = e2e_images()
-    assert suite["BusyBox"] in names()
-    # Every e2e-test-images name made here is one the suite asks for, at its tag.
-    for name in names():
+@pytest.mark.parametrize("minor", MINORS)
+def test_the_e2e_suites_busybox_name(minor: str | None) -> None:
+    if not e2e_manifest(minor).is_file():
+        pytest.skip(f"no {e2e_manifest(minor)} in the module cache")
+    suite = e2e_images(minor)
+    assert suite["BusyBox"] in names(minor)
+    # Every e2e-test-images name made here is one that minor's suite asks for, at its tag.
+    for name in names(minor):
         if "/e2e-test-images/" in name:
             assert name in suite.values(), f"{name} is not in the suite's manifest.go"
 
@@ -217,16 +230,13 @@ def test_the_key_follows_the_drivers_sources(tmp_path: Path) -> None:
     assert path() != first
 
 
-def test_the_agnhost_tag_is_the_pinned_agnhost() -> None:
-    """agnhost's image tag is the VERSION of test/images/agnhost in the pinned Kubernetes, which
-    tools/cluster/versions.env names."""
-    pins = dict(
-        line.split("=", 1)
-        for line in (ROOT / "tools/cluster/versions.env").read_text().splitlines()
-        if "=" in line and not line.startswith("#")
-    )
-    agnhost = [n for n in names() if "/e2e-test-images/agnhost:" in n]
-    assert agnhost == [f"registry.k8s.io/e2e-test-images/agnhost:{pins['AGNHOST_VERSION']}"]
+@pytest.mark.parametrize("minor", MINORS)
+def test_the_agnhost_tag_is_the_pinned_agnhost(minor: str | None) -> None:
+    """agnhost's image tag is the VERSION of test/images/agnhost in the Kubernetes release that
+    KUBERNETES_VERSION selects, which versions.env (or that minor's file) names."""
+    agnhost = [n for n in names(minor) if "/e2e-test-images/agnhost:" in n]
+    want = pins(minor)["AGNHOST_VERSION"]
+    assert agnhost == [f"registry.k8s.io/e2e-test-images/agnhost:{want}"]
 
 
 @pytest.mark.parametrize(

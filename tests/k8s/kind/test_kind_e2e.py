@@ -16,8 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.chart.chart_tool import ROOT
+from tests.k8s.images.pins import MINORS, minor_env, pins
 
 SCRIPT = ROOT / "tools" / "kind-e2e.sh"
 KIND = ROOT / "tools" / "kind"
@@ -57,10 +59,10 @@ def test_shellcheck_is_clean() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def make_dry_run(target: str) -> str:
+def make_dry_run(target: str, *more: str) -> str:
     """A target's dry run through make, as a user runs it."""
     result = subprocess.run(
-        ["make", "-s", "-C", str(ROOT), target, "E2E_ARGS=--dry-run"],
+        ["make", "-s", "-C", str(ROOT), target, "E2E_ARGS=--dry-run", *more],
         capture_output=True,
         text=True,
         timeout=120,
@@ -274,3 +276,79 @@ def test_ci_runs_the_kind_smoke_after_the_tests() -> None:
     runs = re.findall(r"^\+ .* -m tests\.k8s\.experiments (.*)$", out, re.MULTILINE)
     assert [r.rsplit("--only ", 1)[1] for r in runs] == ["abdk", "p"], runs
     assert out.count("bash tools/kind/down.sh") == 2 and "nothing left behind" in out
+
+
+# The default and 1.34, which the project runs on too (docs/kind.md, "Kubernetes minors").
+RUN_MINORS = sorted(set(MINORS) | {"1.34"}, key=str)
+
+
+@pytest.mark.parametrize("minor", RUN_MINORS)
+def test_kubernetes_version_selects_the_minors_programs(minor: str | None) -> None:
+    """KUBERNETES_VERSION=v1.MM (in make's environment or on its command line) runs kind-e2e on
+    that minor's pins: the dry run names them, and the experiments get its kubectl."""
+    want = pins(minor)
+    more = [] if minor is None else [f"KUBERNETES_VERSION=v{minor}"]
+    out = make_dry_run("kind-e2e", *more)
+    kube = want["KUBERNETES_VERSION"]
+    files = "tools/cluster/versions.env" + (
+        "" if minor is None else f" tools/cluster/versions-{minor}.env"
+    )
+    assert f"Kubernetes {kube} (pins: {files}; ginkgo {want['GINKGO_VERSION']}" in out, out
+    assert f"etcd {want['ETCD_VERSION']}, CoreDNS {want['COREDNS_VERSION']}" in out
+    assert f"/kubernetes-{kube}/kubectl" in out
+    env = {k: v for k, v in minor_env(minor).items() if k not in {"MAKEFLAGS", "MAKELEVEL"}}
+    done = subprocess.run(
+        ["bash", str(ROOT / "tools/cluster/k8s-e2e.sh"), "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+    assert f"Kubernetes {kube} (pins: {files})" in done.stdout, done.stdout + done.stderr
+
+
+def test_an_unknown_minor_is_refused_before_anything_runs() -> None:
+    supported = [pins(m)["KUBERNETES_VERSION"] for m in MINORS]
+    result = subprocess.run(
+        [
+            "make",
+            "-s",
+            "-C",
+            str(ROOT),
+            "kind-e2e",
+            "E2E_ARGS=--dry-run",
+            "KUBERNETES_VERSION=v1.37.2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=_env(),
+    )
+    assert result.returncode != 0 and "===" not in result.stdout, result.stdout
+    assert "KUBERNETES_VERSION=v1.37.2: no pins for Kubernetes 1.37" in result.stderr
+    assert all(v in result.stderr for v in supported), result.stderr
+
+
+@pytest.mark.parametrize("minor", RUN_MINORS)
+def test_the_configuration_kind_gets_per_minor(minor: str | None) -> None:
+    """kind gets examples/kind-config.yaml with the run's shared directory, failCgroupV1: false for
+    a cgroup v1 host, and on 1.34 the gate that 1.34 has off and experiment n needs."""
+    script = ". tools/kind/lib.sh; . tools/cluster/pins.sh; kind_config"
+    done = subprocess.run(
+        ["bash", "-c", f"repo=$PWD; {script}"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+        env=minor_env(minor, KIND_SHARED_DIR="/var/lib/elsewhere"),
+    )
+    assert done.returncode == 0, done.stderr
+    config = yaml.safe_load(done.stdout)
+    patches = [yaml.safe_load(p) for p in config["kubeadmConfigPatches"]]
+    assert {"kind": "KubeletConfiguration", "failCgroupV1": False} in patches
+    mounts = {m["hostPath"] for n in config["nodes"] for m in n["extraMounts"]}
+    assert mounts == {"/var/lib/elsewhere/pool", "/var/lib/elsewhere/controller", "/dev"}
+    gates = {"MutableCSINodeAllocatableCount": True} if minor == "1.34" else None
+    assert config.get("featureGates") == gates

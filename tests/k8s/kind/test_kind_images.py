@@ -19,6 +19,7 @@ from tests.chart import chart_tool
 from tests.chart.chart_tool import CBT_API, ROOT, SNAPSHOT_API
 from tests.k8s.experiments import context, exp_cbt
 from tests.k8s.experiments.chart import SHAPE_VALUES, chart_values, pinned
+from tests.k8s.images.pins import pins
 from tests.k8s.test_project_clusters import helm_values
 
 CLUSTER = ROOT / "tools" / "cluster"
@@ -62,7 +63,11 @@ def table() -> dict[str, tuple[str, str]]:
     for line in (CLUSTER / "images" / "images.txt").read_text().splitlines():
         words = line.split()
         if len(words) == 3 and not line.startswith("#"):
-            rows[words[0].replace("@VERSION@", version.group(1))] = (words[1], words[2])
+            name = words[0].replace("@VERSION@", version.group(1))
+            rows[name.replace("@AGNHOST_VERSION@", pins()["AGNHOST_VERSION"])] = (
+                words[1],
+                words[2],
+            )
     return rows
 
 
