@@ -86,6 +86,28 @@ def test_unknown_snapshot_class_parameters_are_refused(fake_driver: Client) -> N
     assert 'unknown VolumeSnapshotClass parameter "tier"' in str(err.details())
 
 
+def test_a_group_snapshot_class_with_the_e2e_suites_parameter_is_taken(
+    fake_driver: Client,
+) -> None:
+    """Kubernetes' own external storage suite makes its VolumeGroupSnapshotClass with
+    `deletionPolicy` among the parameters (test/e2e/storage/testsuites/
+    volume_group_snapshottable.go, CreateVolumeGroupSnapshotResource's last argument), and the
+    csi-snapshotter hands them to the driver: refusing the key left the group snapshot pending
+    for ever on kind. A group class's parameters are measured and escaped, never refused."""
+    volume = _create(fake_driver, "member")
+    request = pb.CreateVolumeGroupSnapshotRequest(
+        name="group-e2e",
+        source_volume_ids=[volume.volume_id],
+        parameters={"deletionPolicy": "Delete"},
+    )
+    reply = fake_driver.controller_group.CreateVolumeGroupSnapshot(request)
+    assert reply.group_snapshot.ready_to_use
+    bad = pb.CreateVolumeGroupSnapshotRequest(
+        name="group-bad", source_volume_ids=[volume.volume_id], parameters={"k": "a\nb"}
+    )
+    h.expect_code(C.INVALID_ARGUMENT, fake_driver.controller_group.CreateVolumeGroupSnapshot, bad)
+
+
 def test_a_parameter_map_over_4_kib_is_refused(fake_driver: Client) -> None:
     big = {f"csi.storage.k8s.io/k{i}": "v" * 100 for i in range(40)}  # 40 * ~122 bytes
     err = h.expect_code(C.INVALID_ARGUMENT, _create, fake_driver, "big", parameters=big)
